@@ -1,0 +1,98 @@
+"""``verify``: the course's proof that its hidden tests grade correctly.
+
+1. the reference solutions score 100% on every graded cell of every day;
+2. the untouched release notebooks score 0 on every graded cell;
+3. every mutant in the catalog loses points on its declared test, and that test's failure
+   message contains the mutant's declared diagnosis.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder.mutants import Mutant, load_catalog
+from autograder.pipeline import Result, grade, notebook_name, resolve_days
+
+
+@dataclass
+class Report:
+    problems: list[str]
+    mutants_total: int
+    mutants_caught: int
+    results: list[Result]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_mutant(m: Mutant, r: Result) -> str | None:
+    """None when the mutant was caught with its diagnosis, else what went wrong."""
+    if r.status != "graded":
+        return f"mutant {m.id}: status {r.status} ({r.detail})"
+    test = next((t for t in r.tests if t.grade_id == m.test), None)
+    if test is None:
+        return f"mutant {m.id}: no test cell {m.test!r} in {m.day}"
+    if test.points >= test.max_points:
+        return f"mutant {m.id}: test {m.test} still passed ({m.why or m.replace!r})"
+    if m.diagnosis.lower() not in test.message.lower():
+        return (f"mutant {m.id}: test {m.test} failed without the diagnosis "
+                f"{m.diagnosis!r}; its message was: {test.message[:400]!r}")
+    return None
+
+
+def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
+           mutant_ids: list[str] | None = None) -> Report:
+    start = time.monotonic()
+    days = resolve_days(root, days)
+    mutants = [m for m in load_catalog() if m.day in days
+               and (not mutant_ids or m.id in mutant_ids)]
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tfs-verify-") as tmp:
+        subs = Path(tmp)
+        work: list[tuple[str, str, Path | None]] = []
+        for day in days:
+            for student, top in (("reference", "solutions"), ("blank", "release")):
+                src = root / top / day / notebook_name(day)
+                if not src.is_file():
+                    problems.append(f"{top}/{day} is missing: run `python -m autograder build`")
+                    continue
+                work.append((student, day, src))
+        solution_nbs = {}
+        for m in mutants:
+            if m.day not in solution_nbs:
+                solution_nbs[m.day] = nbformat.read(
+                    str(root / "solutions" / m.day / notebook_name(m.day)), as_version=4)
+            target = subs / f"mutant-{m.id}" / m.day / notebook_name(m.day)
+            target.parent.mkdir(parents=True)
+            nbformat.write(m.apply(solution_nbs[m.day]), str(target))
+            work.append((f"mutant-{m.id}", m.day, target))
+        results = grade(root, subs, days=days, jobs=jobs, work=work)
+    by_key = {(r.student, r.day): r for r in results}
+    for day in days:
+        ref = by_key.get(("reference", day))
+        if ref is not None:
+            bad = [t for t in ref.tests if t.points < t.max_points]
+            if ref.status != "graded" or bad:
+                problems.append(f"reference {day}: status {ref.status}; failing tests: "
+                                + "; ".join(f"{t.grade_id}: {t.message[:300]}" for t in bad))
+        blank = by_key.get(("blank", day))
+        if blank is not None:
+            bad = [t for t in blank.tests if t.points > 0]
+            if blank.status != "graded" or bad:
+                problems.append(f"blank {day}: status {blank.status}; tests that passed on a "
+                                "stub: " + ", ".join(t.grade_id for t in bad))
+    caught = 0
+    for m in mutants:
+        err = check_mutant(m, by_key[(f"mutant-{m.id}", m.day)])
+        if err:
+            problems.append(err)
+        else:
+            caught += 1
+    return Report(problems, len(mutants), caught, results, time.monotonic() - start)

@@ -1,0 +1,242 @@
+"""Small checking helpers with messages that teach.
+
+Both the visible checks a learner runs (``course.checks``) and the hidden tests
+(``autograder.checks``) are built from these helpers, so a failure always reads the same
+way: which function, what was expected, what came back, and the likely mistake.
+
+Every check raises :class:`CheckFailure` (an ``AssertionError``), so nbgrader scores a failed
+check as a failed test cell and shows the message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+__all__ = [
+    "CheckFailure",
+    "assert_close",
+    "call",
+    "expect_module",
+    "expect_tensor",
+    "forbid",
+    "quiet",
+    "passed",
+]
+
+
+class CheckFailure(AssertionError):
+    """A check failed; the message says what was expected and the likely mistake."""
+
+
+# Error texts that PyTorch raises for classic mistakes, mapped to advice.
+# Checked in order; the first pattern found in the exception text wins.
+_HINTS: list[tuple[str, str]] = [
+    (
+        r"self must be a matrix|both arguments to mm|expected 2D tensor|must be a matrix",
+        "torch.mm only multiplies 2-D matrices; for batched (3-D or 4-D) tensors use "
+        "`@` or torch.matmul.",
+    ),
+    (
+        r"cannot assign module before Module.__init__\(\) call|"
+        r"cannot assign parameters before Module.__init__\(\) call|"
+        r"object has no attribute '_(modules|parameters|buffers)'",
+        "did you forget to call super().__init__() first in your __init__?",
+    ),
+    (
+        r"view size is not compatible with input tensor's size and stride",
+        "view() needs a contiguous tensor: call .contiguous() after transpose(), or use "
+        "reshape().",
+    ),
+    (
+        r"'float' object cannot be interpreted as an integer|"
+        r"received an invalid combination of arguments.*float",
+        "a size became a float: use integer division `//` (for example d_k = d_model // "
+        "num_heads), not `/`.",
+    ),
+    (
+        r"mat1 and mat2 shapes cannot be multiplied|size of tensor a .* must match the size "
+        r"of tensor b|shapes cannot be multiplied|batch2 tensor|batch1 tensor",
+        "a matrix product got incompatible shapes: check the transpose (K.transpose(-2, -1)) "
+        "and which dimension you multiply over.",
+    ),
+    (
+        r"Expected all tensors to be on the same device",
+        "a tensor was created on the CPU while the inputs are elsewhere: pass device=x.device "
+        "when you create tensors inside forward, or register them as buffers.",
+    ),
+    (
+        r"NotImplementedError|^$",
+        "this exercise still raises NotImplementedError: replace `raise NotImplementedError()` "
+        "with your code.",
+    ),
+]
+
+
+def _hint_for(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, NotImplementedError):
+        return _HINTS[-1][1]
+    for pattern, advice in _HINTS[:-1]:
+        if re.search(pattern, text):
+            return advice
+    return "read the error above and compare the shapes at each step with the docstring."
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence Python warnings and stderr while a check runs.
+
+    nbgrader scores a test cell that writes anything to stderr as failed, so a PyTorch
+    deprecation warning raised inside a learner's correct code must not reach stderr.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+
+
+def call(fn: Callable[..., Any], *args: Any, name: str | None = None, **kwargs: Any) -> Any:
+    """Call a learner's function or class; turn a crash into a :class:`CheckFailure` with advice.
+
+    Raises:
+        CheckFailure: if ``fn`` raised; the message names the function, the error and a hint.
+    """
+    label = name or getattr(fn, "__name__", repr(fn))
+    try:
+        with quiet():
+            return fn(*args, **kwargs)
+    except CheckFailure:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any learner error becomes a readable failure
+        raise CheckFailure(
+            f"{label} raised {type(exc).__name__}: {exc}\nHint: {_hint_for(exc)}"
+        ) from exc
+
+
+def expect_tensor(
+    value: Any,
+    name: str,
+    shape: Sequence[int] | None = None,
+    dtype: torch.dtype | None = None,
+    finite: bool = True,
+) -> torch.Tensor:
+    """Check, in this order, type -> shape -> dtype -> finite values. Returns ``value``.
+
+    The type must be exactly ``torch.Tensor`` (or ``nn.Parameter``): an object that merely
+    pretends (a subclass whose ``__eq__`` or ``allclose`` always says yes) is rejected.
+    """
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        raise CheckFailure(
+            f"{name} should be a torch.Tensor, got {type(value).__module__}."
+            f"{type(value).__qualname__}."
+            + (" Did you return a tuple or forget to return?" if value is None or
+               isinstance(value, tuple) else "")
+        )
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        raise CheckFailure(
+            f"{name} has shape {tuple(value.shape)}, expected {tuple(shape)}."
+        )
+    if dtype is not None and value.dtype != dtype:
+        raise CheckFailure(f"{name} has dtype {value.dtype}, expected {dtype}.")
+    if finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        n_nan = int(torch.isnan(value).sum())
+        n_inf = int(torch.isinf(value).sum())
+        raise CheckFailure(
+            f"{name} contains {n_nan} NaN and {n_inf} infinite values. Hint: large inputs "
+            "overflow exp(); subtract the row maximum before exponentiating, and never "
+            "multiply 0 by -inf."
+        )
+    return value
+
+
+def assert_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    name: str,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    hint: str = "",
+) -> None:
+    """Compare values with stated tolerances; report the worst element and a hint."""
+    expect_tensor(actual, name, shape=tuple(expected.shape))
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+    if torch.allclose(a, e, rtol=rtol, atol=atol):
+        return
+    diff = (a - e).abs()
+    worst = int(diff.argmax())
+    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), a.shape))
+    raise CheckFailure(
+        f"{name} differs from the expected values (rtol={rtol}, atol={atol}): "
+        f"max abs difference {float(diff.max()):.3g} at index {idx} "
+        f"(got {float(a[idx]):.6g}, expected {float(e[idx]):.6g})."
+        + (f"\nHint: {hint}" if hint else "")
+    )
+
+
+def matches(actual: Any, expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+    """True when ``actual`` is a real tensor equal to ``expected`` (used to name mistakes)."""
+    if type(actual) not in (torch.Tensor, torch.nn.Parameter):
+        return False
+    if tuple(actual.shape) != tuple(expected.shape):
+        return False
+    return bool(
+        torch.allclose(actual.detach().double(), expected.detach().double(), rtol=rtol, atol=atol)
+    )
+
+
+def expect_module(cls: Any, *args: Any, name: str | None = None, **kwargs: Any) -> torch.nn.Module:
+    """Instantiate a learner's ``nn.Module`` subclass, with advice if that fails."""
+    label = name or getattr(cls, "__name__", repr(cls))
+    module = call(cls, *args, name=f"{label}({', '.join(map(repr, args))})", **kwargs)
+    if not isinstance(module, torch.nn.Module):
+        raise CheckFailure(f"{label} should be an nn.Module subclass, got {type(module)}.")
+    return module
+
+
+@contextlib.contextmanager
+def forbid(*paths: str) -> Iterator[list[str]]:
+    """Make library functions raise while a check runs, to grade "write it yourself" exercises.
+
+    ``paths`` are dotted names such as ``"torch.softmax"`` or ``"torch.Tensor.softmax"``.
+    Yields the list of forbidden names that were called.
+    """
+    called: list[str] = []
+    saved: list[tuple[Any, str, Any]] = []
+
+    def _make(path: str) -> Callable[..., Any]:
+        def _blocked(*_args: Any, **_kwargs: Any) -> Any:
+            called.append(path)
+            raise CheckFailure(
+                f"this exercise asks you to write it yourself, but your code called {path}."
+            )
+
+        return _blocked
+
+    import importlib
+
+    for path in paths:
+        owner_path, attr = path.rsplit(".", 1)
+        parts = owner_path.split(".")
+        owner: Any = importlib.import_module(parts[0])
+        for part in parts[1:]:
+            owner = getattr(owner, part)
+        saved.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, _make(path))
+    try:
+        yield called
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+
+
+def passed(message: str) -> None:
+    """Print a one-line success message for a visible check."""
+    print(f"\u2705 {message}")

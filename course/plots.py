@@ -1,0 +1,74 @@
+"""Figures that use the learner's own code. Titles, labelled axes, colour-blind-safe maps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import matplotlib.pyplot as plt
+import torch
+
+
+def plot_softmax_saturation(softmax: Callable[..., torch.Tensor],
+                            d_ks: Sequence[int] = (2, 8, 32, 128, 512), seq_len: int = 16,
+                            trials: int = 200, seed: int = 0):
+    """Why attention divides by sqrt(d_k): the largest softmax weight with and without scaling.
+
+    For random q, k with unit-variance entries, q . k has variance d_k, so unscaled scores
+    grow like sqrt(d_k) and the softmax collapses onto one key (its gradient vanishes).
+    Dividing by sqrt(d_k) keeps the variance at 1 whatever d_k is (Vaswani et al., 2017, 3.2.1).
+
+    Returns the matplotlib Figure.
+    """
+    g = torch.Generator().manual_seed(seed)
+    raw, scaled = [], []
+    for d_k in d_ks:
+        q = torch.randn(trials, 1, d_k, generator=g)
+        k = torch.randn(trials, seq_len, d_k, generator=g)
+        scores = (q @ k.transpose(-2, -1)).squeeze(1)          # (trials, seq_len)
+        raw.append(float(softmax(scores, dim=-1).max(-1).values.mean()))
+        scaled.append(float(softmax(scores / math.sqrt(d_k), dim=-1).max(-1).values.mean()))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(d_ks, raw, "o-", color="#440154", label="softmax(q·k)")
+    ax.plot(d_ks, scaled, "s-", color="#21918c", label="softmax(q·k / √d_k)")
+    ax.axhline(1 / seq_len, ls=":", color="grey", label=f"uniform (1/{seq_len})")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("d_k (dimension of queries and keys)")
+    ax.set_ylabel(f"mean largest weight over {seq_len} keys")
+    ax.set_title("Without scaling, softmax saturates as d_k grows")
+    ax.legend(loc="center right")
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention(weights: torch.Tensor, tokens_q: Sequence[str],
+                   tokens_k: Sequence[str] | None = None, title: str = "Attention weights",
+                   ax=None):
+    """Heatmap of one (seq_q, seq_k) attention matrix: row i = where token i looks."""
+    w = weights.detach().cpu().float()
+    if w.dim() != 2:
+        raise ValueError(f"expected a (seq_q, seq_k) matrix, got shape {tuple(w.shape)}")
+    tokens_k = tokens_q if tokens_k is None else tokens_k
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1 + 0.5 * len(tokens_k), 1 + 0.5 * len(tokens_q)))
+    im = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0, vmax=float(w.max()))
+    ax.set_xticks(range(len(tokens_k)), tokens_k, rotation=45, ha="right")
+    ax.set_yticks(range(len(tokens_q)), tokens_q)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    ax.set_title(title)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="weight")
+    return ax.figure
+
+
+def plot_gradient_norms(norms: torch.Tensor, title: str = "Gradient reaching each input step"):
+    """Log plot of ||d h_last / d x_t|| against t: the vanishing gradient of an RNN."""
+    n = norms.detach().cpu().double()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.semilogy(range(len(n)), n.clamp_min(1e-30).numpy(), "o-", color="#3b528b")
+    ax.set_xlabel("input step t")
+    ax.set_ylabel("‖∂ h_last / ∂ x_t‖ (log scale)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
