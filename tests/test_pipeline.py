@@ -1,0 +1,92 @@
+"""Does grading survive broken submissions, and score right answers whatever they print?"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import nbformat
+import pytest
+
+from autograder import pipeline
+from autograder.authoring import text_to_notebook
+from autograder.pipeline import PipelineError
+
+DAY = "day02_queries_keys_values"
+
+
+def test_resolve_days_accepts_numbers_and_names(root):
+    """Do `2`, `day02` and the full name all resolve, and an unknown day fail clearly?"""
+    assert pipeline.resolve_days(root, ["2"]) == [DAY]
+    assert pipeline.resolve_days(root, ["day02"]) == [DAY]
+    assert pipeline.resolve_days(root, [DAY]) == [DAY]
+    with pytest.raises(PipelineError, match="unknown day 'day99'.*the course has"):
+        pipeline.resolve_days(root, ["day99"])
+
+
+def test_discover_rejects_a_missing_folder(tmp_path):
+    """Is a submissions path that is not a folder reported, not a traceback?"""
+    with pytest.raises(PipelineError, match="not a folder"):
+        pipeline.discover(tmp_path / "nope", [DAY])
+
+
+def test_authoring_rejects_duplicate_ids():
+    """Does the plain-text format refuse two cells with one id?"""
+    with pytest.raises(ValueError, match="duplicate cell id"):
+        text_to_notebook("# %% id=a\nx = 1\n# %% id=a\ny = 2\n")
+
+
+def _reference(root):
+    return nbformat.read(str(root / "solutions" / DAY / f"{DAY}.ipynb"), as_version=4)
+
+
+def _put(tmp, student, nb=None, name=f"{DAY}.ipynb", raw=None):
+    folder = tmp / student / DAY
+    folder.mkdir(parents=True)
+    if raw is not None:
+        (folder / name).write_text(raw)
+    elif nb is not None:
+        nbformat.write(nb, str(folder / name))
+
+
+@pytest.mark.slow
+def test_grading_a_mixed_batch(root, tmp_path):
+    """Are renamed, unreadable, missing, warning and test-deleting submissions all graded?"""
+    subs = tmp_path / "submitted"
+    ref = _reference(root)
+    _put(subs, "renamed", ref, name=f"{DAY} (1).ipynb")
+    _put(subs, "truncated", raw=json.dumps(nbformat.v4.new_notebook())[:40])
+    (subs / "absent").mkdir(parents=True)
+    warns = nbformat.from_dict(ref)
+    for cell in warns.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "day02_softmax":
+            cell.source = cell.source.replace(
+                "### BEGIN SOLUTION",
+                "### BEGIN SOLUTION\n    import warnings\n"
+                "    warnings.warn('x.T on a 3-D tensor is deprecated', UserWarning)")
+    _put(subs, "warns", warns)
+    deleted = nbformat.from_dict(ref)
+    deleted.cells = [c for c in deleted.cells if c.get("metadata", {}).get("nbgrader", {})
+                     .get("grade_id") != "day02_attention_mask"]
+    _put(subs, "deleted-test", deleted)
+
+    out = tmp_path / "out"
+    results = pipeline.grade(root, subs, days=[DAY], jobs=2, results_dir=out / "results")
+    by = {r.student: r for r in results}
+    full = pipeline.max_score(root, DAY)
+    assert by["renamed"].status == "graded" and by["renamed"].score == full
+    assert by["warns"].status == "graded" and by["warns"].score == full, by["warns"].tests
+    assert by["truncated"].status == "unreadable"
+    assert "not a valid notebook" in by["truncated"].detail
+    assert by["absent"].status == "missing" and by["absent"].score == 0
+    mask = next(t for t in by["deleted-test"].tests if t.grade_id == "day02_attention_mask")
+    assert by["deleted-test"].status == "graded"
+    assert mask.points == 0 and "missing" in mask.message
+    assert by["deleted-test"].score == full - mask.max_points
+    # every result was written to disk, one file per (student, day)
+    files = sorted(p.parent.name for p in (out / "results").rglob("*.json"))
+    assert files == sorted(by)
+    pipeline.write_csv(results, [DAY], out / "grades.csv")
+    rows = list(csv.DictReader(open(out / "grades.csv")))
+    assert {r["student_id"] for r in rows} == set(by)
+    assert all(float(r["max_total"]) == full for r in rows)
