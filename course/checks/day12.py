@@ -1,0 +1,63 @@
+"""Visible checks for Day 12: quick, friendly, on small shapes (the hidden tests use others)."""
+
+from __future__ import annotations
+
+import torch
+
+from course.checking import CheckFailure, call, expect_tensor, passed
+
+
+def check_causal_mask(causal_mask) -> None:
+    """A 4 x 4 mask: bool, True on and below the diagonal."""
+    got = expect_tensor(call(causal_mask, 4), "causal_mask(4)", shape=(4, 4))
+    if got.dtype != torch.bool:
+        raise CheckFailure(f"causal_mask(4) has dtype {got.dtype}; return a bool tensor.")
+    want = torch.ones(4, 4, dtype=torch.bool).tril()
+    if not torch.equal(got, want):
+        if torch.equal(got, want.tril(-1)):
+            raise CheckFailure("the diagonal is False: a position must see itself (diagonal=0).")
+        raise CheckFailure(f"causal_mask(4) should be\n{want.int()}\ngot\n{got.int()}")
+    passed("causal_mask(4) is the lower triangle, diagonal included")
+
+
+def check_causal_self_attention(CausalSelfAttention) -> None:
+    """Shape (2, 5, 16) -> (2, 5, 16); the first position's output ignores later tokens."""
+    attn = call(CausalSelfAttention, 16, 4, 8, name="CausalSelfAttention(16, 4, 8)")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 16, generator=g)
+    with torch.no_grad():
+        out = expect_tensor(call(attn, x, name="attention forward"), "output", shape=(2, 5, 16))
+        x2 = x.clone()
+        x2[:, 3:] = torch.randn(2, 2, 16, generator=g)
+        out2 = call(attn, x2, name="attention forward")
+    if not torch.allclose(out[:, :3], out2[:, :3], atol=1e-5):
+        raise CheckFailure("changing positions 3 and 4 changed the output at positions 0-2: "
+                           "the causal mask is not applied (fill scores above the diagonal with "
+                           "-inf before the softmax).")
+    passed("CausalSelfAttention: (2, 5, 16) -> (2, 5, 16), and no position sees the future")
+
+
+def check_block(Block) -> None:
+    """Shape preserved, and the block is not the identity."""
+    block = call(Block, 16, 4, 8, name="Block(16, 4, 8)")
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = expect_tensor(call(block, x, name="Block forward"), "Block output", shape=(2, 5, 16))
+    if torch.allclose(out, x):
+        raise CheckFailure("Block returned its input unchanged: add attn(ln1(x)) and "
+                           "mlp(ln2(x)) to the residual stream.")
+    passed("Block: (2, 5, 16) -> (2, 5, 16)")
+
+
+def check_tinygpt(TinyGPT) -> None:
+    """Logits shape for a small configuration, and the 3,221,504 health check."""
+    model = call(TinyGPT, 20, d_model=32, num_heads=4, num_layers=2, n_ctx=16,
+                 name="TinyGPT(20, d_model=32, num_heads=4, num_layers=2, n_ctx=16)")
+    idx = torch.randint(0, 20, (3, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expect_tensor(call(model, idx, name="TinyGPT forward"), "logits", shape=(3, 10, 20))
+    n = sum(p.numel() for p in call(TinyGPT, 65, name="TinyGPT(65)").parameters())
+    if n != 3_221_504:
+        raise CheckFailure(f"TinyGPT(65) has {n:,} parameters, expected 3,221,504; see the "
+                           "counting table further down.")
+    passed("TinyGPT: logits (3, 10, 20); TinyGPT(65) has 3,221,504 parameters")

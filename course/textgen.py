@@ -1,0 +1,373 @@
+"""Helpers for Days 12-14 (text generation): figures, a stand-in model, widgets.
+
+Nothing here is an exercise's answer. The stand-in :class:`ReferenceTinyGPT` is assembled from
+PyTorch's own ``nn.TransformerEncoderLayer`` (not from the Day 12 exercises), so that Days 13 and
+14 can run, and be graded, on their own code alone:
+
+- :func:`load_tinygpt` returns the learner's ``TinyGPT`` from their Day 12 notebook when it
+  exists and works, otherwise (and always while nbgrader grades) the stand-in.
+- :func:`plot_causal_influence`, :func:`plot_loss_curves`, :func:`plot_sampling_distribution`,
+  :func:`plot_attention_memory`: figures that take the learner's code as an argument.
+- :func:`sampling_widget`: sliders for temperature, top-k and top-p around the learner's
+  ``generate``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+
+__all__ = [
+    "ReferenceTinyGPT",
+    "attention_memory",
+    "load_tinygpt",
+    "plot_attention_memory",
+    "plot_causal_influence",
+    "plot_loss_curves",
+    "plot_sampling_distribution",
+    "sampling_widget",
+    "show_side_by_side",
+]
+
+DAY12 = "day12_causal_attention_tinygpt"
+
+
+# --------------------------------------------------------------------------- Day 12 figure
+
+
+@torch.no_grad()
+def causal_influence(model: nn.Module, seq_len: int, vocab_size: int | None = None,
+                     seed: int = 0) -> torch.Tensor:
+    """How much the logits at position i move when the token at position j changes.
+
+    Returns a (seq_len, seq_len) tensor: entry [i, j] is the largest absolute change of the
+    logits at output position i after replacing input token j. A causal model gives a lower
+    triangle (j <= i).
+    """
+    model = model.eval()
+    vocab = vocab_size or _vocab_of(model)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, vocab, (1, seq_len), generator=g)
+    base = model(idx)                                   # (1, N, V)
+    out = torch.zeros(seq_len, seq_len)
+    for j in range(seq_len):
+        changed = idx.clone()
+        changed[0, j] = (changed[0, j] + 1 + int(torch.randint(0, vocab - 1, (1,), generator=g))
+                         ) % vocab
+        out[:, j] = (model(changed) - base).abs().amax(-1)[0]
+    return out
+
+
+def _vocab_of(model: nn.Module) -> int:
+    head = getattr(model, "head", None)
+    if isinstance(head, nn.Linear):
+        return head.out_features
+    raise ValueError("pass vocab_size=: the model has no nn.Linear `head`")
+
+
+def plot_causal_influence(model: nn.Module, seq_len: int = 16, vocab_size: int | None = None,
+                          seed: int = 0):
+    """Heatmap of :func:`causal_influence`: output position against changed input position."""
+    infl = causal_influence(model, seq_len, vocab_size, seed)
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    im = ax.imshow(torch.log10(infl + 1e-12).numpy(), cmap="viridis", vmin=-12,
+                   vmax=float(torch.log10(infl.max() + 1e-12)))
+    ax.set_xlabel("input position j whose token was changed")
+    ax.set_ylabel("output position i (its logits)")
+    ax.set_title("Which predictions move when one token changes")
+    fig.colorbar(im, ax=ax, fraction=0.046, label="log10 max |Δ logit|")
+    upper = infl.triu(diagonal=1)
+    ax.text(0.98, 0.98, f"max change above the diagonal: {float(upper.max()):.1e}",
+            transform=ax.transAxes, ha="right", va="top", fontsize=8, color="white")
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- stand-in model
+
+
+class ReferenceTinyGPT(nn.Module):
+    """A GPT built from ``nn.TransformerEncoderLayer`` (Pre-LN, GELU, causal mask).
+
+    The same constructor and ``forward`` as Day 12's ``TinyGPT``:
+    ``ReferenceTinyGPT(vocab_size, d_model=256, num_heads=4, num_layers=4, n_ctx=128)``,
+    ``forward(idx)`` with idx (B, N) long -> logits (B, N, vocab_size). It differs in detail
+    (PyTorch's attention has biases), so its parameter count is a little larger.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 256, num_heads: int = 4,
+                 num_layers: int = 4, n_ctx: int = 128) -> None:
+        super().__init__()
+        self.n_ctx = n_ctx
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(n_ctx, d_model)
+        self.blocks = nn.ModuleList([
+            nn.TransformerEncoderLayer(d_model, num_heads, dim_feedforward=4 * d_model,
+                                       dropout=0.0, activation="gelu", batch_first=True,
+                                       norm_first=True)
+            for _ in range(num_layers)
+        ])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        # float("-inf") above the diagonal: the additive form nn.TransformerEncoderLayer takes.
+        upper = torch.triu(torch.ones(n_ctx, n_ctx, dtype=torch.bool), diagonal=1)
+        self.register_buffer("attn_bias", torch.zeros(n_ctx, n_ctx).masked_fill(upper, -math.inf),
+                             persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        _, n = idx.shape
+        if n > self.n_ctx:
+            raise ValueError(f"sequence length {n} exceeds n_ctx = {self.n_ctx}")
+        x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device))   # (B, N, D)
+        bias = self.attn_bias[:n, :n].to(x.dtype)                            # (N, N)
+        for block in self.blocks:
+            x = block(x, src_mask=bias, is_causal=True)                      # (B, N, D)
+        return self.head(self.ln_f(x))                                       # (B, N, V)
+
+
+def _grading() -> bool:
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def _solution_cells(notebook: Path) -> list[str]:
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    out = []
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") == "code" and meta.get("solution"):
+            src = cell.get("source", "")
+            out.append("".join(src) if isinstance(src, list) else src)
+    return out
+
+
+def load_tinygpt(notebook: str | Path | None = None, verbose: bool = True) -> type[nn.Module]:
+    """The ``TinyGPT`` class to build on: yours from Day 12 if it works, else the stand-in.
+
+    Runs the answer cells of ``../day12_causal_attention_tinygpt/day12_causal_attention_tinygpt
+    .ipynb`` (or ``notebook``) in a fresh namespace, then checks that a small model runs and is
+    causal. While nbgrader grades (``NBGRADER_EXECUTION`` is set) it always returns
+    :class:`ReferenceTinyGPT`, so that each day's grade depends on that day's code only.
+    """
+    def say(msg: str) -> None:
+        if verbose:
+            print(msg)
+
+    if _grading():
+        say("TinyGPT: using the stand-in built from nn.TransformerEncoderLayer (grading run)")
+        return ReferenceTinyGPT
+    path = Path(notebook) if notebook else Path.cwd().parent / DAY12 / f"{DAY12}.ipynb"
+    if not path.is_file():
+        say(f"TinyGPT: {path} not found; using the stand-in built from nn.TransformerEncoderLayer")
+        return ReferenceTinyGPT
+    namespace: dict = {"__name__": "day12_answers"}
+    prelude = ("import math\nimport torch\nimport torch.nn as nn\n"
+               "import torch.nn.functional as F\n")
+    try:
+        exec(compile(prelude + "\n\n".join(_solution_cells(path)), str(path), "exec"),
+             namespace)
+        cls = namespace["TinyGPT"]
+        model = cls(11, d_model=16, num_heads=2, num_layers=1, n_ctx=8).eval()
+        idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+        changed = idx.clone()
+        changed[:, 5:] = (changed[:, 5:] + 1) % 11
+        with torch.no_grad():
+            a, b = model(idx), model(changed)
+        if tuple(a.shape) != (2, 8, 11) or not torch.allclose(a[:, :5], b[:, :5], atol=1e-5):
+            raise ValueError("wrong logits shape or not causal")
+    except Exception as exc:  # noqa: BLE001 - any problem in Day 12 means: use the stand-in
+        say(f"TinyGPT: your Day 12 model does not run yet ({type(exc).__name__}: {exc}); "
+            "using the stand-in built from nn.TransformerEncoderLayer")
+        return ReferenceTinyGPT
+    say(f"TinyGPT: using your class from {path.name}")
+    return cls
+
+
+# --------------------------------------------------------------------------- Day 13 figures
+
+
+def plot_loss_curves(history: dict, title: str = "TinyGPT on Tiny Shakespeare",
+                     vocab_size: int | None = 65):
+    """Training and validation loss (nats per character) against the optimisation step.
+
+    ``history`` holds lists ``step``, ``train_loss`` and ``val_loss`` of equal length.
+    """
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(history["step"], history["train_loss"], "o-", color="#3b528b", ms=3, label="train")
+    ax.plot(history["step"], history["val_loss"], "s-", color="#5ec962", ms=3, label="validation")
+    if vocab_size:
+        ax.axhline(math.log(vocab_size), ls=":", color="grey",
+                   label=f"uniform guess ln({vocab_size}) = {math.log(vocab_size):.2f}")
+    ax.set_xlabel("optimisation step")
+    ax.set_ylabel("cross-entropy loss (nats per character)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def show_side_by_side(left: str, right: str, titles: Sequence[str] = ("before", "after"),
+                      width: int = 48) -> None:
+    """Print two texts as two columns (samples before and after training)."""
+    def wrap(text: str) -> list[str]:
+        lines = []
+        for raw in text.splitlines() or [""]:
+            while len(raw) > width:
+                lines.append(raw[:width])
+                raw = raw[width:]
+            lines.append(raw)
+        return lines
+
+    a, b = wrap(left), wrap(right)
+    print(f"{titles[0]:<{width}} | {titles[1]}")
+    print("-" * width + "-+-" + "-" * width)
+    for i in range(max(len(a), len(b))):
+        print(f"{(a[i] if i < len(a) else ''):<{width}} | {b[i] if i < len(b) else ''}")
+
+
+def plot_sampling_distribution(generate: Callable[..., torch.Tensor], logits: torch.Tensor,
+                               settings: Sequence[dict], draws: int = 4000, seed: int = 0,
+                               labels: Sequence[str] | None = None):
+    """Bar chart of the token frequencies ``generate`` produces from fixed logits.
+
+    A tiny model that always returns ``logits`` (shape (V,)) is sampled ``draws`` times for each
+    dict of keyword arguments in ``settings`` (temperature, top_k, top_p).
+    """
+    model = _FixedLogits(logits)
+    vocab = logits.numel()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.8 / len(settings)
+    colors = plt.get_cmap("viridis")(torch.linspace(0.1, 0.9, len(settings)).numpy())
+    for n, kw in enumerate(settings):
+        g = torch.Generator().manual_seed(seed + n)
+        idx = torch.zeros(draws, 1, dtype=torch.long)
+        with torch.no_grad():
+            out = generate(model, idx, 1, generator=g, **kw)
+        freq = torch.bincount(out[:, -1], minlength=vocab).double() / draws
+        label = ", ".join(f"{k}={v}" for k, v in kw.items()) or "defaults"
+        ax.bar(torch.arange(vocab).numpy() + (n - (len(settings) - 1) / 2) * width,
+               freq.numpy(), width=width, color=colors[n], label=label)
+    ax.set_xticks(range(vocab), labels if labels is not None else range(vocab))
+    ax.set_xlabel("token")
+    ax.set_ylabel(f"frequency over {draws} draws")
+    ax.set_title("What temperature, top-k and top-p do to one distribution")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+class _FixedLogits(nn.Module):
+    """A 'model' whose next-token logits are always the same vector (for sampling demos)."""
+
+    def __init__(self, logits: torch.Tensor, n_ctx: int = 8) -> None:
+        super().__init__()
+        self.register_buffer("logits", logits.detach().float().reshape(-1))
+        self.n_ctx = n_ctx
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        b, n = idx.shape
+        return self.logits.expand(b, n, -1).clone()
+
+
+def sampling_widget(model: nn.Module, tokenizer, generate: Callable[..., torch.Tensor],
+                    prompt: str = "ROMEO:", max_new_tokens: int = 200):
+    """Sliders for temperature, top-k and top-p and a button that regenerates with your code.
+
+    Returns the ipywidgets box (display it as the last line of a cell), or None without
+    ipywidgets.
+    """
+    try:
+        import ipywidgets as w
+    except ImportError:  # pragma: no cover - ipywidgets is a course dependency
+        print("install ipywidgets for the interactive version")
+        return None
+    temperature = w.FloatSlider(value=0.8, min=0.1, max=2.0, step=0.05, description="temperature")
+    top_k = w.IntSlider(value=0, min=0, max=65, description="top-k (0=off)")
+    top_p = w.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top-p")
+    seed = w.IntText(value=0, description="seed")
+    button = w.Button(description="generate")
+    out = w.Output(layout={"border": "1px solid #ccc"})
+
+    def run(_=None) -> None:
+        g = torch.Generator().manual_seed(int(seed.value))
+        device = next(model.parameters()).device
+        idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
+        with torch.no_grad():
+            ids = generate(model, idx, max_new_tokens, temperature=temperature.value,
+                           top_k=top_k.value or None,
+                           top_p=top_p.value if top_p.value < 1.0 else None,
+                           generator=g)
+        out.clear_output()
+        with out:
+            print(tokenizer.decode(ids[0].tolist()))
+
+    button.on_click(run)
+    run()
+    return w.VBox([w.HBox([temperature, top_k]), w.HBox([top_p, seed, button]), out])
+
+
+# --------------------------------------------------------------------------- Day 14 figure
+
+
+class _AllocationRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """Sums the bytes of every tensor an operator creates, and keeps the largest one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        flat, _ = torch.utils._pytree.tree_flatten(out)
+        for t in flat:
+            if isinstance(t, torch.Tensor):
+                size = t.numel() * t.element_size()
+                self.total += size
+                self.largest = max(self.largest, size)
+        return out
+
+
+@torch.no_grad()
+def attention_memory(module: nn.Module, seq_lens: Sequence[int], d_model: int,
+                     batch: int = 1) -> list[tuple[int, int, int]]:
+    """Measure what one forward of ``module`` on (batch, N, d_model) inputs allocates.
+
+    Every tensor created by an operator is counted (a dispatch mode sees each one), so the
+    numbers are those of the actual computation, on any device. Returns (N, total bytes,
+    largest single tensor in bytes) for each N.
+    """
+    rows = []
+    for n in seq_lens:
+        x = torch.randn(batch, n, d_model)
+        rec = _AllocationRecorder()
+        with rec:
+            module(x)
+        rows.append((n, rec.total, rec.largest))
+    return rows
+
+
+def plot_attention_memory(rows: Sequence[tuple[int, int, int]], title: str | None = None):
+    """Log-log plot of :func:`attention_memory` with the N and N² slopes for reference."""
+    n = torch.tensor([r[0] for r in rows], dtype=torch.float64)
+    total = torch.tensor([r[1] for r in rows], dtype=torch.float64) / 2**20
+    largest = torch.tensor([r[2] for r in rows], dtype=torch.float64) / 2**20
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    ax.loglog(n.numpy(), total.numpy(), "o-", color="#440154", label="all tensors created")
+    ax.loglog(n.numpy(), largest.numpy(), "s-", color="#21918c", label="largest tensor")
+    ref = largest[-1] * (n / n[-1]) ** 2
+    ax.loglog(n.numpy(), ref.numpy(), ":", color="grey", label="∝ N² (slope 2)")
+    ax.loglog(n.numpy(), (largest[-1] * (n / n[-1])).numpy(), "--", color="#fde725",
+              label="∝ N (slope 1)")
+    ax.set_xlabel("sequence length N (tokens)")
+    ax.set_ylabel("memory allocated (MiB)")
+    ax.set_title(title or "Attention memory grows with the square of the context")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
