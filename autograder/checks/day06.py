@@ -1,0 +1,233 @@
+"""Hidden tests of Day 6: FeedForward, a hand-written LayerNorm, the Pre-LN encoder layer.
+
+References: ``F.gelu`` and ``nn.Linear``, ``nn.LayerNorm`` with the learner's weight and bias,
+and ``nn.TransformerEncoderLayer(..., activation="gelu", batch_first=True, norm_first=True)``
+with the learner's weights copied in. The wiring test recomputes the layer from its own
+submodules, so it does not depend on which attention module (the learner's Day 4 class or the
+course's stand-in) sits inside.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from course.checking import forbid
+from course.device import check_runs_on_any_device
+
+
+def _count(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+def _perturb(module: nn.Module, seed: int) -> None:
+    """Non-default weights everywhere (LayerNorm weights not 1, biases not 0)."""
+    g = rng(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
+def _linear(module: nn.Module, name: str, shape: tuple[int, int]) -> nn.Linear:
+    lin = getattr(module, name, None)
+    if not isinstance(lin, nn.Linear) or tuple(lin.weight.shape) != shape or lin.bias is None:
+        raise CheckFailure(f"self.{name} should be nn.Linear({shape[1]}, {shape[0]}) with bias, "
+                           f"got {lin!r}.")
+    return lin
+
+
+def check_ffn(FeedForward) -> None:
+    """linear1 (C -> d_ff), GELU, linear2 (d_ff -> C); 131,712 parameters at (128, 512)."""
+    big = expect_module(FeedForward, 128, 512, name="FeedForward")
+    if _count(big) != 131_712:
+        raise CheckFailure(f"FeedForward(128, 512) has {_count(big):,} parameters, expected "
+                           "131,712 = (128 x 512 + 512) + (512 x 128 + 128).")
+    torch.manual_seed(60)
+    ffn = expect_module(FeedForward, 16, 40, name="FeedForward").double()
+    l1 = _linear(ffn, "linear1", (40, 16))
+    l2 = _linear(ffn, "linear2", (16, 40))
+    x = 2.0 * torch.randn(3, 5, 16, generator=rng(61), dtype=torch.float64)
+    out = call(ffn, x, name="FeedForward.forward(x)")
+    expect_tensor(out, "FeedForward output", shape=(3, 5, 16), dtype=torch.float64)
+    with torch.no_grad():
+        hidden = l1(x)
+        expected = l2(F.gelu(hidden))
+        mistakes = {
+            "you used ReLU: the feed-forward block uses GELU (F.gelu or nn.GELU), the smooth "
+            "version of ReLU": l2(F.relu(hidden)),
+            "you used the tanh approximation of GELU; use the exact F.gelu(x)":
+                l2(F.gelu(hidden, approximate="tanh")),
+            "there is no activation between linear1 and linear2: add GELU": l2(hidden),
+        }
+    compare(out, expected, "FeedForward output", mistakes, rtol=1e-6, atol=1e-9)
+
+
+LN_FORBIDDEN = ("torch.nn.functional.layer_norm", "torch.layer_norm")
+
+
+def check_layer_norm(LayerNorm) -> None:
+    """Equal to nn.LayerNorm with the same non-default weights; eps=0.5 so eps's place shows."""
+    with forbid(*LN_FORBIDDEN):
+        ln = expect_module(LayerNorm, 12, eps=0.5, name="LayerNorm")
+    for name in ("weight", "bias"):
+        p = getattr(ln, name, None)
+        if not isinstance(p, nn.Parameter) or tuple(p.shape) != (12,):
+            raise CheckFailure(f"self.{name} should be an nn.Parameter of shape (d_model,) = "
+                               f"(12,), got {type(p).__name__}.")
+    ln = ln.double()
+    _perturb(ln, 62)
+    ref = nn.LayerNorm(12, eps=0.5).double()
+    with torch.no_grad():
+        ref.weight.copy_(ln.weight)
+        ref.bias.copy_(ln.bias)
+    x = 0.7 * torch.randn(3, 5, 12, generator=rng(63), dtype=torch.float64) + 0.3
+    with forbid(*LN_FORBIDDEN):
+        out = call(ln, x, name="LayerNorm.forward(x)")
+    expect_tensor(out, "LayerNorm output", shape=(3, 5, 12), dtype=torch.float64)
+
+    def norm(var, eps_inside=True, eps=0.5):
+        mean = x.mean(-1, keepdim=True)
+        scale = torch.sqrt(var + eps) if eps_inside else torch.sqrt(var) + eps
+        return (x - mean) / scale * ln.weight.detach() + ln.bias.detach()
+
+    biased = x.var(-1, unbiased=False, keepdim=True)
+    unbiased = x.var(-1, unbiased=True, keepdim=True)
+    mistakes = {
+        "eps is outside the square root: LayerNorm divides by sqrt(var + eps), not "
+        "sqrt(var) + eps (it is inside the square root)": norm(biased, eps_inside=False),
+        "you used the unbiased variance (divides by d_model - 1): LayerNorm uses the biased "
+        "variance, x.var(dim=-1, unbiased=False, keepdim=True)": norm(unbiased),
+        "you ignored self.eps (the test uses eps=0.5)": norm(biased, eps=1e-5),
+        "you normalised over the batch or the sequence: LayerNorm normalises each vector over "
+        "its last dimension (d_model)": (x - x.mean(0, keepdim=True))
+        / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + 0.5) * ln.weight.detach()
+        + ln.bias.detach(),
+        "weight and bias are not applied: return normalised * self.weight + self.bias":
+            (x - x.mean(-1, keepdim=True)) / torch.sqrt(biased + 0.5),
+    }
+    with torch.no_grad():
+        compare(out, ref(x), "LayerNorm output", mistakes, rtol=1e-6, atol=1e-9)
+
+
+def _layer(cls, d_model, heads, d_ff, seed):
+    torch.manual_seed(seed)
+    layer = expect_module(cls, d_model, heads, d_ff, name="TransformerEncoderLayer")
+    for name in ("norm1", "attn", "norm2", "ffn"):
+        if not isinstance(getattr(layer, name, None), nn.Module):
+            raise CheckFailure(f"TransformerEncoderLayer should have a submodule self.{name} "
+                               "(norm1, attn, norm2, ffn).")
+    return layer
+
+
+def check_encoder_structure(TransformerEncoderLayer) -> None:
+    """norm1, attn, norm2, ffn; 198,272 parameters at (128, 8, 512)."""
+    layer = _layer(TransformerEncoderLayer, 128, 8, 512, seed=64)
+    parts = {n: _count(getattr(layer, n)) for n in ("norm1", "attn", "norm2", "ffn")}
+    expected = {"norm1": 256, "attn": 66_048, "norm2": 256, "ffn": 131_712}
+    for name, n in parts.items():
+        if n != expected[name]:
+            raise CheckFailure(f"self.{name} has {n:,} parameters, expected {expected[name]:,}.")
+    total = _count(layer)
+    if total != 198_272:
+        raise CheckFailure(f"TransformerEncoderLayer(128, 8, 512) has {total:,} parameters, "
+                           "expected 198,272 (66,048 attention + 131,712 feed-forward + 2 x 256 "
+                           "LayerNorm); do not create extra layers.")
+
+
+def _sub(layer, x, mask):
+    attn = layer.attn(x, mask) if mask is not None else layer.attn(x)
+    return attn
+
+
+def check_encoder_wiring(TransformerEncoderLayer) -> None:
+    """Pre-LN with a residual around each sublayer, recomputed from the layer's own submodules."""
+    layer = _layer(TransformerEncoderLayer, 20, 4, 36, seed=65).double().eval()
+    _perturb(layer, 66)
+    x = torch.randn(2, 6, 20, generator=rng(67), dtype=torch.float64)
+    keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    mask = keep[:, None, None, :]                                        # (B, 1, 1, T)
+    for m, label in ((None, "without a mask"), (mask, "with a padding mask")):
+        out = call(layer, x, m, name="TransformerEncoderLayer.forward(x, mask)") \
+            if m is not None else call(layer, x, name="TransformerEncoderLayer.forward(x)")
+        expect_tensor(out, f"layer output {label}", shape=(2, 6, 20), dtype=torch.float64)
+        with torch.no_grad():
+            n1, n2, ffn = layer.norm1, layer.norm2, layer.ffn
+            h = x + _sub(layer, n1(x), m)
+            expected = h + ffn(n2(h))
+            post_h = n1(x + _sub(layer, x, m))
+            a = _sub(layer, n1(x), m)
+            mistakes = {
+                "this is Post-LN (normalise after adding the residual); use Pre-LN: "
+                "x = x + attn(norm1(x)), then x = x + ffn(norm2(x))":
+                    n2(post_h + ffn(post_h)),
+                "the residual around the attention is missing: x = x + attn(norm1(x))":
+                    a + ffn(n2(a)),
+                "the residual around the feed-forward block is missing: x = x + ffn(norm2(x))":
+                    ffn(n2(h)),
+                "the residuals are missing around both sublayers": ffn(n2(a)),
+                "both sublayers read the same input: the feed-forward block must read the "
+                "output of the attention sublayer": h + ffn(n2(x)),
+                "the mask was not passed to the attention: self.attn(self.norm1(x), mask)":
+                    (lambda hh: hh + ffn(n2(hh)))(x + _sub(layer, n1(x), None)),
+            }
+        compare(out, expected, f"layer output {label}", mistakes, rtol=1e-6, atol=1e-9)
+
+
+def _torch_layer(layer, d_model, heads, d_ff, norm_first=True, activation="gelu"):
+    ref = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, activation=activation,
+                                     batch_first=True, norm_first=norm_first).double()
+    a = layer.attn
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(torch.cat([a.W_Q.weight, a.W_K.weight, a.W_V.weight]))
+        ref.self_attn.in_proj_bias.copy_(torch.cat([a.W_Q.bias, a.W_K.bias, a.W_V.bias]))
+        ref.self_attn.out_proj.weight.copy_(a.W_O.weight)
+        ref.self_attn.out_proj.bias.copy_(a.W_O.bias)
+        ref.linear1.weight.copy_(layer.ffn.linear1.weight)
+        ref.linear1.bias.copy_(layer.ffn.linear1.bias)
+        ref.linear2.weight.copy_(layer.ffn.linear2.weight)
+        ref.linear2.bias.copy_(layer.ffn.linear2.bias)
+        for mine, theirs in ((layer.norm1, ref.norm1), (layer.norm2, ref.norm2)):
+            theirs.weight.copy_(mine.weight)
+            theirs.bias.copy_(mine.bias)
+            theirs.eps = float(getattr(mine, "eps", 1e-5))
+    return ref.eval()
+
+
+def check_encoder_matches_torch(TransformerEncoderLayer) -> None:
+    """Equal to nn.TransformerEncoderLayer(norm_first=True, gelu) given the same weights."""
+    layer = _layer(TransformerEncoderLayer, 24, 6, 40, seed=68).double().eval()
+    _perturb(layer, 69)
+    try:
+        ref = _torch_layer(layer, 24, 6, 40)
+        post = _torch_layer(layer, 24, 6, 40, norm_first=False)
+    except AttributeError as exc:
+        raise CheckFailure(f"could not copy your weights into nn.TransformerEncoderLayer: {exc}. "
+                           "Keep the names attn.W_Q/W_K/W_V/W_O, ffn.linear1/linear2, "
+                           "norm1/norm2 with weight and bias.") from None
+    x = torch.randn(3, 7, 24, generator=rng(70), dtype=torch.float64)
+    keep = torch.ones(3, 7, dtype=torch.bool)
+    keep[0, 5:] = False
+    out = call(layer, x, keep[:, None, None, :], name="TransformerEncoderLayer.forward(x, mask)")
+    expect_tensor(out, "layer output", shape=(3, 7, 24), dtype=torch.float64)
+    with torch.no_grad():
+        expected = ref(x, src_key_padding_mask=~keep)
+        relu = _torch_layer(layer, 24, 6, 40, activation="relu")
+        mistakes = {
+            "this is Post-LN; nn.TransformerEncoderLayer(norm_first=True) is Pre-LN":
+                post(x, src_key_padding_mask=~keep),
+            "the feed-forward block uses ReLU; use GELU": relu(x, src_key_padding_mask=~keep),
+        }
+    # Positions that are padding are ignored by PyTorch's fast path; compare real tokens.
+    compare(out[keep], expected[keep], "layer output at real tokens",
+            {k: v[keep] for k, v in mistakes.items()}, rtol=1e-6, atol=1e-8)
+
+
+def check_encoder_device(TransformerEncoderLayer) -> None:
+    """Runs on another device (GPU, or PyTorch's meta device) with a causal mask."""
+    layer = _layer(TransformerEncoderLayer, 16, 4, 32, seed=71)
+    check_runs_on_any_device(
+        layer, lambda: (torch.randn(2, 5, 16, generator=rng(72)),
+                        torch.ones(5, 5, dtype=torch.bool).tril()),
+        "TransformerEncoderLayer")
