@@ -382,6 +382,8 @@ def _infer_d_model(model: Any) -> int:
                 return m.in_features
             if isinstance(m, nn.MultiheadAttention):
                 return m.embed_dim
+            if isinstance(m, nn.Embedding):
+                return m.embedding_dim
     raise ValueError("cannot tell the model's width: pass d_model=")
 
 

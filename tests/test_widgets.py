@@ -1,0 +1,260 @@
+"""Tests for course/widgets.py: the explorers run the learner's code, fast, in both modes."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+import torch.nn as nn
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from course import widgets as W  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)       # shared CI cores: spinning worker threads distort timings
+    yield
+    torch.set_num_threads(threads)
+    plt.close("all")
+
+
+class CharTokenizer:
+    def __init__(self, text: str) -> None:
+        self.chars = sorted(set(text))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index.get(c, 0) for c in text]
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+             generator=None):
+    """A plain sampler with the Day 13 signature (written here, not taken from solutions)."""
+    for _ in range(max_new_tokens):
+        logits = model(idx[:, -model.n_ctx:])[:, -1] / temperature       # (B, V)
+        if top_k:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        probs = torch.softmax(logits, dim=-1)
+        if top_p:
+            p, i = probs.sort(dim=-1, descending=True)
+            p = p.masked_fill(p.cumsum(-1) - p > top_p, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, i, p)
+        nxt = torch.multinomial(probs, 1, generator=generator)           # (B, 1)
+        idx = torch.cat([idx, nxt], dim=1)
+    return idx
+
+
+class StoresWeights(nn.Module):
+    """A Day 3/4-style module: keeps its weights in self.attn_weights (B, H, T, T)."""
+
+    def __init__(self, d: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.d_model, self.heads = d, heads
+        self.qk = nn.Linear(d, 2 * d)
+        self.attn_weights = None
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        q, k = self.qk(x).view(B, T, 2, self.heads, D // self.heads).unbind(2)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)                     # (B, H, T, d)
+        s = q @ k.transpose(-2, -1) / math.sqrt(D // self.heads)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        self.attn_weights = torch.exp(s - s.amax(-1, keepdim=True))
+        self.attn_weights = self.attn_weights / self.attn_weights.sum(-1, keepdim=True)
+        return x
+
+
+def _images(fig):
+    return [im for ax in fig.axes for im in ax.get_images()]
+
+
+def _check_habits(fig) -> None:
+    for ax in fig.axes:
+        if ax.get_label() == "<colorbar>":
+            continue
+        assert ax.get_title(), "every panel has a title"
+        assert ax.get_xlabel() and ax.get_ylabel(), "every panel labels its axes"
+    for im in _images(fig):
+        assert im.get_cmap().name in ("viridis", "cividis")
+
+
+def test_scaling_explorer_static_uses_learner_softmax():
+    """Does the static scaling figure call the learner's softmax, with titles and labels?"""
+    calls = []
+
+    def my_softmax(x, dim=-1):
+        calls.append(x.shape)
+        return torch.softmax(x, dim=dim)
+
+    e = W.scaling_explorer(my_softmax, d_k=256, interactive=False)
+    assert calls and e.widget is None and e.values == {"d_k": 256}
+    _check_habits(e.figure)
+    assert "√d_k = 16.0" in e.caption
+
+
+def test_scaling_explorer_slider_redraws_quickly():
+    """Does moving the d_k slider change the picture in well under a second?"""
+    e = W.scaling_explorer(interactive=True)
+    before = e._image.value
+    e.controls["d_k"].value = 1024                  # what a user's drag does
+    assert e.values["d_k"] == 1024 and e._image.value != before
+    e.update(d_k=4)
+    assert e.controls["d_k"].value == 4 and e.seconds < 3.0
+
+
+def test_capture_attention_prefers_attn_weights_attribute():
+    """Are weights stored in attn_weights (Days 3-4 convention) reported per head?"""
+    m = StoresWeights()
+    x = torch.randn(1, 5, 16)
+    _, maps = W.capture_attention(m, x)
+    assert len(maps) == 1 and maps[0][1].shape == (2, 5, 5)
+    assert torch.allclose(maps[0][1], m.attn_weights[0])
+
+
+def test_capture_attention_sees_fused_pytorch_layers():
+    """Are nn.TransformerEncoderLayer's hidden weights recovered exactly?"""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(1, 4, 8)
+    mask = torch.zeros(4, 4).masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), -math.inf)
+    _, maps = W.capture_attention(layer, x, src_mask=mask)
+    _, expected = layer.self_attn(x, x, x, attn_mask=mask, need_weights=True,
+                                  average_attn_weights=False)
+    assert len(maps) == 1
+    torch.testing.assert_close(maps[0][1], expected[0].detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_attention_explorer_text_layers_heads_and_caption():
+    """Do the layer/head sliders and the text box drive the learner's module?"""
+    class TwoLayers(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([StoresWeights(16, 2), StoresWeights(16, 2)])
+
+        def forward(self, x, mask=None):
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    model = TwoLayers()
+    e = W.attention_explorer(model, "the cat sat on the mat", mask="causal", interactive=True)
+    assert e.controls["layer"].max == 1 and e.controls["head"].max == 1
+    first = e._image.value
+    e.controls["head"].value = 1
+    assert e._image.value != first
+    e.update(text="a dog barked", layer=1)
+    assert "<b>dog</b> →" in e.caption and e.seconds < 3.0
+    weights = e.figure.axes[0].get_images()[0].get_array()
+    assert weights.shape == (3, 3) and float(weights[0, 1]) == 0.0   # causal mask held
+
+
+def test_attention_explorer_digits_static_under_grading(monkeypatch):
+    """Under nbgrader, does a classifier on digits give one static figure and a prediction?"""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    torch.manual_seed(0)
+
+    class RowClassifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp = nn.Linear(28, 16)
+            self.enc = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)
+            self.out = nn.Linear(16, 10)
+
+        def forward(self, x):
+            return self.out(self.enc(self.inp(x)).mean(1))
+
+    digits = torch.rand(3, 28, 28)
+    e = W.attention_explorer(RowClassifier(), digits, [f"row {i}" for i in range(28)])
+    assert not e.interactive and e.widget is None
+    _check_habits(e.figure)
+    assert "model prediction" in e.caption and "row 0" in e.caption
+    e.update(example=2, head=3)
+    assert e.values["head"] == 3
+
+
+def test_positional_encoding_explorer_reads_module_buffer():
+    """Does the PE explorer read a module's pe buffer (1, max_len, d) and show position 5?"""
+    class PE(nn.Module):
+        def __init__(self, d=16, n=50):
+            super().__init__()
+            pos = torch.arange(n).unsqueeze(1)
+            div = 10000 ** (torch.arange(0, d, 2) / d)
+            pe = torch.zeros(1, n, d)
+            pe[0, :, 0::2], pe[0, :, 1::2] = torch.sin(pos / div), torch.cos(pos / div)
+            self.register_buffer("pe", pe)
+
+    e = W.positional_encoding_explorer(PE(), max_len=40, position=5, interactive=False)
+    _check_habits(e.figure)
+    assert _images(e.figure)[0].get_array().shape == (40, 16)
+    e.update(dim=15, position=39)
+    assert "Position 39" in e.caption
+
+
+def test_positional_encoding_explorer_learned_module_from_zeros():
+    """Does a learned PE (no buffer) work through its output on a zero input?"""
+    class Learned(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(30, 8)
+
+        def forward(self, x):
+            return x + self.embedding(torch.arange(x.size(1)))
+
+    e = W.positional_encoding_explorer(Learned(), max_len=30, interactive=True)
+    e.controls["position"].value = 29
+    assert e.values["position"] == 29 and e.seconds < 3.0
+
+
+def test_sampling_explorer_bars_follow_temperature():
+    """Does a low temperature concentrate the learner's draws on the likeliest token?"""
+    from course.textgen import ReferenceTinyGPT
+
+    text = "to be or not to be, that is the question\n"
+    tok = CharTokenizer(text)
+    torch.manual_seed(0)
+    model = ReferenceTinyGPT(len(tok.chars), d_model=32, num_heads=2, num_layers=2, n_ctx=32)
+    with torch.no_grad():
+        model.head.weight.mul_(30.0)               # peaked logits, like a trained model's
+    e = W.sampling_explorer(model, tok, generate, prompt="to be", max_new_tokens=20,
+                            interactive=True)
+    e.update(temperature=0.1)
+    assert "1 different tokens" in e.caption or "2 different tokens" in e.caption
+    hot = e.update(temperature=5.0, top_k=3)
+    assert "3 different tokens" in e.caption and e.seconds < 3.0
+    ax = hot.axes[0]
+    assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    e.update(top_k=0, top_p=0.05)
+    assert "1 different tokens" in e.caption
+
+
+def test_update_rejects_unknown_settings():
+    """Does a typo in update() name the settings that exist?"""
+    e = W.scaling_explorer(interactive=False)
+    with pytest.raises(KeyError, match="d_k"):
+        e.update(dk=8)
+
+
+def test_frontend_detection(monkeypatch):
+    """Is the static figure chosen under nbgrader, in CI and outside a kernel?"""
+    monkeypatch.delenv("COURSE_WIDGETS", raising=False)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    assert not W.interactive_frontend()
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    assert not W.interactive_frontend()             # pytest: no Jupyter kernel
+    monkeypatch.setenv("COURSE_WIDGETS", "interactive")
+    assert W.interactive_frontend()
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("COURSE_WIDGETS", "")
+    assert not W.interactive_frontend()
