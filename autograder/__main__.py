@@ -166,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("notebook", type=Path)
     p.set_defaults(func=_cmd_author)
 
+    # Learner commands: selfcheck (grade one notebook with the hidden tests, offline) and
+    # progress (points per day from the latest self-checks); see autograder/selfcheck.py.
+    from autograder.selfcheck import add_learner_commands
+    add_learner_commands(sub, _add_common)
+
     args = parser.parse_args(argv)
     # nbgrader runs helper executables (alembic) and kernels from PATH: make this
     # interpreter's bin folder come first even when it is called as .venv/bin/python.
