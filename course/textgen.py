@@ -295,8 +295,8 @@ def sampling_widget(model: nn.Module, tokenizer, generate: Callable[..., torch.T
     out = w.Output(layout={"border": "1px solid #ccc"})
 
     def run(_=None) -> None:
-        g = torch.Generator().manual_seed(int(seed.value))
         device = next(model.parameters()).device
+        g = torch.Generator(device=device).manual_seed(int(seed.value))
         idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long, device=device)
         with torch.no_grad():
             ids = generate(model, idx, max_new_tokens, temperature=temperature.value,
@@ -316,19 +316,29 @@ def sampling_widget(model: nn.Module, tokenizer, generate: Callable[..., torch.T
 
 
 class _AllocationRecorder(torch.utils._python_dispatch.TorchDispatchMode):
-    """Sums the bytes of every tensor an operator creates, and keeps the largest one."""
+    """Sums the bytes of every new tensor an operator creates, and keeps the largest one.
+
+    Views (``view``, ``expand``, ``transpose``...) share their input's memory and are skipped.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.total = 0
         self.largest = 0
 
+    @staticmethod
+    def _storages(obj) -> set[int]:
+        flat, _ = torch.utils._pytree.tree_flatten(obj)
+        return {t.untyped_storage().data_ptr() for t in flat if isinstance(t, torch.Tensor)}
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        inputs = self._storages((args, kwargs))
+        out = func(*args, **kwargs)
         flat, _ = torch.utils._pytree.tree_flatten(out)
         for t in flat:
-            if isinstance(t, torch.Tensor):
-                size = t.numel() * t.element_size()
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                size = t.untyped_storage().nbytes()
                 self.total += size
                 self.largest = max(self.largest, size)
         return out
@@ -353,21 +363,29 @@ def attention_memory(module: nn.Module, seq_lens: Sequence[int], d_model: int,
     return rows
 
 
-def plot_attention_memory(rows: Sequence[tuple[int, int, int]], title: str | None = None):
-    """Log-log plot of :func:`attention_memory` with the N and N² slopes for reference."""
+def plot_attention_memory(rows: Sequence[tuple[int, int, int]],
+                          fused_rows: Sequence[tuple[int, int, int]] | None = None,
+                          title: str | None = None):
+    """Log-log plot of :func:`attention_memory` with an N² reference slope.
+
+    ``rows`` is a plain attention (it stores the N x N scores); ``fused_rows`` optionally a
+    fused kernel measured the same way.
+    """
     n = torch.tensor([r[0] for r in rows], dtype=torch.float64)
     total = torch.tensor([r[1] for r in rows], dtype=torch.float64) / 2**20
     largest = torch.tensor([r[2] for r in rows], dtype=torch.float64) / 2**20
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    ax.loglog(n.numpy(), total.numpy(), "o-", color="#440154", label="all tensors created")
-    ax.loglog(n.numpy(), largest.numpy(), "s-", color="#21918c", label="largest tensor")
-    ref = largest[-1] * (n / n[-1]) ** 2
-    ax.loglog(n.numpy(), ref.numpy(), ":", color="grey", label="∝ N² (slope 2)")
-    ax.loglog(n.numpy(), (largest[-1] * (n / n[-1])).numpy(), "--", color="#fde725",
-              label="∝ N (slope 1)")
+    ax.loglog(n.numpy(), total.numpy(), "o-", color="#440154", label="plain: all new tensors")
+    ax.loglog(n.numpy(), largest.numpy(), "s-", color="#31688e", label="plain: largest tensor")
+    if fused_rows is not None:
+        fused = torch.tensor([r[1] for r in fused_rows], dtype=torch.float64) / 2**20
+        ax.loglog(n.numpy(), fused.numpy(), "^-", color="#35b779",
+                  label="fused SDPA: all new tensors")
+    ax.loglog(n.numpy(), (total[-1] * (n / n[-1]) ** 2).numpy(), ":", color="grey",
+              label="∝ N² (slope 2)")
     ax.set_xlabel("sequence length N (tokens)")
-    ax.set_ylabel("memory allocated (MiB)")
-    ax.set_title(title or "Attention memory grows with the square of the context")
+    ax.set_ylabel("memory allocated in one forward (MiB)")
+    ax.set_title(title or "Attention memory against context length")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

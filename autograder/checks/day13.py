@@ -1,0 +1,396 @@
+"""Hidden tests of Day 13: tokenizer, batches, loss, schedule, training loop, sampling.
+
+Sampling is tested statistically: a model whose next-token logits are fixed is sampled 20,000
+times in one batched call, and the frequencies must lie within 0.02 of the intended
+probabilities (five standard deviations of a binomial frequency at n = 20,000 is at most 0.018).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder.checks import CheckFailure, call, expect_tensor, rng
+from course.textgen import ReferenceTinyGPT
+
+DRAWS = 20_000
+TOL = 0.02
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def check_tokenizer_roundtrip(CharTokenizer) -> None:
+    """Sorted vocabulary, round trip, ValueError naming an unknown character."""
+    text = "zebra ZEBRA!\nzz\t~"
+    tok = call(CharTokenizer, text, name="CharTokenizer(text)")
+    chars = sorted(set(text))
+    if getattr(tok, "vocab_size", None) != len(chars):
+        raise CheckFailure(f"vocab_size should be {len(chars)} (distinct characters of the "
+                           f"text), got {getattr(tok, 'vocab_size', None)!r}.")
+    ids = call(tok.encode, "ZEBRA zebra\n", name="encode")
+    want = [chars.index(c) for c in "ZEBRA zebra\n"]
+    if list(ids) != want:
+        if sorted(set(ids)) == sorted(set(want)) or len(ids) == len(want):
+            raise CheckFailure(f"encode gave {list(ids)}, expected {want}: number the characters "
+                               "in sorted order (sorted(set(text))) so the ids are the same on "
+                               "every machine.")
+        raise CheckFailure(f"encode('ZEBRA zebra\\n') gave {list(ids)}, expected {want}.")
+    for s in ("", "\t~~", text):
+        back = call(tok.decode, call(tok.encode, s, name="encode"), name="decode")
+        if back != s:
+            raise CheckFailure(f"decode(encode({s!r})) returned {back!r}.")
+    try:
+        got = tok.encode("zebra?")
+    except (ValueError, KeyError) as exc:
+        if "?" not in str(exc):
+            raise CheckFailure(f"encoding an unknown character '?' raised {type(exc).__name__} "
+                               f"without naming it: {exc!r}. Name the character.") from None
+        return
+    except Exception as exc:  # noqa: BLE001
+        raise CheckFailure(f"encoding an unknown character raised {type(exc).__name__}: {exc}; "
+                           "raise a ValueError that names it.") from None
+    raise CheckFailure(f"encode('zebra?') returned {got!r} although '?' is not in the "
+                       "vocabulary: raise a ValueError naming the unknown character instead of "
+                       "skipping or replacing it.")
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def check_get_batch_shift(get_batch) -> None:
+    """data = arange(50): y == x + 1, consecutive windows, last window reachable, reproducible."""
+    data = torch.arange(50)
+    out = call(get_batch, data, 7, 5, generator=rng(30), name="get_batch(arange(50), 7, 5)")
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise CheckFailure("get_batch should return a tuple (x, y).")
+    x, y = out
+    expect_tensor(x, "x", shape=(7, 5), dtype=torch.long)
+    expect_tensor(y, "y", shape=(7, 5), dtype=torch.long)
+    if torch.equal(x, y):
+        raise CheckFailure("y is x itself: y must be x shifted by one, the next token "
+                           "(data[i + 1 : i + block_size + 1]); without the shift the model "
+                           "learns to copy its input.")
+    steps = x[:, 1:] - x[:, :-1]
+    if not bool((steps == 1).all()):
+        raise CheckFailure(f"the rows of x are not windows of consecutive tokens: x[0] = "
+                           f"{x[0].tolist()} from data = arange(50).")
+    if torch.equal(y, x - 1):
+        raise CheckFailure("y is x shifted the wrong way (the previous token): y must be x "
+                           "shifted by one towards the future, data[i + 1 : i + block_size + 1].")
+    if not torch.equal(y, x + 1):
+        raise CheckFailure(f"y must be x shifted by one: with data = arange(50) y = x + 1. Got "
+                           f"x[0] = {x[0].tolist()}, y[0] = {y[0].tolist()}.")
+    # data of length block_size + 1: exactly one window exists.
+    short = torch.arange(6)
+    x1, y1 = call(get_batch, short, 3, 5, generator=rng(31),
+                  name="get_batch(data of length block_size + 1, ...)")
+    if not (torch.equal(x1, short[:5].expand(3, 5)) and torch.equal(y1, short[1:].expand(3, 5))):
+        raise CheckFailure("with len(data) = block_size + 1 the only window starts at 0: draw "
+                           "starts with torch.randint(len(data) - block_size, ...).")
+    starts = set()
+    for seed in range(40):
+        xs, _ = call(get_batch, data, 16, 5, generator=rng(100 + seed), name="get_batch")
+        starts.update(xs[:, 0].tolist())
+    if max(starts) != 44 or min(starts) != 0:
+        raise CheckFailure(f"starting points ranged over {min(starts)}..{max(starts)}; with 50 "
+                           "tokens and block_size 5 they should cover 0..44 "
+                           "(torch.randint(len(data) - block_size, ...)).")
+    a, _ = call(get_batch, data, 8, 5, generator=rng(32), name="get_batch")
+    b, _ = call(get_batch, data, 8, 5, generator=rng(32), name="get_batch")
+    if not torch.equal(a, b):
+        raise CheckFailure("two calls with generators of the same seed gave different batches: "
+                           "pass generator=generator to torch.randint.")
+
+
+# --------------------------------------------------------------------------- loss
+
+
+class _FixedLogits(nn.Module):
+    """Logits that depend on the input token only: logits[b, t] = table[idx[b, t]]."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.table = nn.Parameter(table.clone())
+        self.n_ctx = 64
+        self.modes: list[bool] = []
+
+    def forward(self, idx):
+        self.modes.append(self.training)
+        return self.table[idx]
+
+
+def check_estimate_loss_values(estimate_loss, get_batch) -> None:
+    """Known logits -> exact cross-entropy; fresh model ~ ln(V); eval mode; no gradients."""
+    g = rng(33)
+    vocab = 9
+    table = torch.randn(vocab, vocab, generator=g)
+    model = _FixedLogits(table).train()
+    data = torch.randint(0, vocab, (300,), generator=g)
+    loss = call(estimate_loss, model, data, 6, 10, eval_iters=3, generator=rng(34),
+                name="estimate_loss(model, data, 6, 10, eval_iters=3)")
+    if not isinstance(loss, float):
+        raise CheckFailure("estimate_loss should return a Python float, got "
+                           f"{type(loss).__name__}.")
+    # The same batches, drawn with the learner's get_batch and the same seed.
+    gen = rng(34)
+    losses, shifted_wrong = [], []
+    for _ in range(3):
+        x, y = get_batch(data, 6, 10, gen)
+        losses.append(float(F.cross_entropy(table[x].reshape(-1, vocab), y.reshape(-1))))
+        shifted_wrong.append(float(F.cross_entropy(table[x].reshape(-1, vocab), x.reshape(-1))))
+    expected = sum(losses) / 3
+    if abs(loss - expected) > 1e-5:
+        hint = ""
+        if abs(loss - sum(shifted_wrong) / 3) < 1e-5:
+            hint = " You scored the logits against x, not against the targets y."
+        elif abs(loss - losses[-1]) < 1e-5:
+            hint = " You returned the last batch's loss: average over the eval_iters batches."
+        raise CheckFailure(f"estimate_loss returned {loss:.6f}, expected {expected:.6f} (mean "
+                           f"cross-entropy of 3 batches drawn with get_batch and the given "
+                           f"generator).{hint}")
+    if not model.modes or any(model.modes):
+        raise CheckFailure("the model ran in training mode: call model.eval() before measuring "
+                           "(dropout and similar layers behave differently).")
+    if not model.training:
+        raise CheckFailure("estimate_loss left the model in eval mode: restore the previous mode "
+                           "(model.train(was_training)).")
+    if model.table.grad is not None:
+        raise CheckFailure("estimate_loss built a graph and filled .grad: wrap it in "
+                           "torch.no_grad() and never call backward there.")
+    torch.manual_seed(35)
+    fresh = ReferenceTinyGPT(65, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
+    with torch.no_grad():
+        fresh.head.weight.normal_(0.0, 0.02, generator=g)    # GPT-2's small output init
+    text = torch.randint(0, 65, (2_000,), generator=g)
+    loss0 = call(estimate_loss, fresh, text, 8, 16, eval_iters=2, generator=rng(36),
+                 name="estimate_loss(fresh TinyGPT)")
+    if abs(loss0 - math.log(65)) > 0.3:
+        raise CheckFailure(f"a fresh model should score about ln(65) = 4.17, got {loss0:.3f}.")
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def _lr(step, max_lr, warmup, total, min_lr):
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    if step > total:
+        return min_lr
+    p = (step - warmup) / max(1, total - warmup)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * p))
+
+
+def check_get_lr_schedule(get_lr) -> None:
+    """Warmup, peak, cosine and floor for max_lr=3e-3, warmup 7, total 50, min_lr 3e-4."""
+    args = (3e-3, 7, 50, 3e-4)
+    steps = (0, 1, 3, 6, 7, 8, 20, 28, 40, 49, 50, 51, 80)
+    got = [call(get_lr, s, *args, name=f"get_lr({s}, 3e-3, 7, 50, 3e-4)") for s in steps]
+    want = [_lr(s, *args) for s in steps]
+    bad = [(s, g, w) for s, g, w in zip(steps, got, want, strict=True)
+           if not isinstance(g, int | float) or abs(g - w) > 1e-9]
+    if not bad:
+        return
+    s, g, w = bad[0]
+    if all(abs(call(get_lr, t, *args) - args[0]) < 1e-12 for t in (0, 1, 3)):
+        hint = "there is no warmup: at step s < warmup_steps use max_lr * (s + 1) / warmup_steps"
+    elif s < 7:
+        hint = "during warmup lr = max_lr * (step + 1) / warmup_steps (it reaches max_lr at " \
+               "step warmup_steps - 1)"
+    elif s > 50:
+        hint = "after total_steps the rate stays at min_lr"
+    else:
+        hint = "after warmup: min_lr + 0.5 (max_lr - min_lr)(1 + cos(pi (step - warmup) / " \
+               "(total - warmup)))"
+    raise CheckFailure(f"get_lr({s}, max_lr=3e-3, warmup_steps=7, total_steps=50, min_lr=3e-4) "
+                       f"returned {g!r}, expected {w:.6g}: {hint}.")
+
+
+# --------------------------------------------------------------------------- training
+
+
+def check_train_learns(train) -> None:
+    """60 steps on a periodic toy corpus: history shape, and val loss far below ln(V)."""
+    torch.manual_seed(37)
+    vocab = 7
+    model = ReferenceTinyGPT(vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
+    pattern = torch.tensor([0, 3, 1, 4, 1, 5, 2, 6, 5, 3])
+    data = pattern.repeat(60)
+    hist = call(train, model, data[:500], data[500:], steps=60, batch_size=8, block_size=16,
+                max_lr=1e-2, warmup_steps=5, eval_every=25, eval_iters=2, generator=rng(38),
+                name="train(stand-in model, periodic data, steps=60, eval_every=25)")
+    if not isinstance(hist, dict) or not {"step", "train_loss", "val_loss"} <= set(hist):
+        raise CheckFailure("train should return a dict with lists 'step', 'train_loss' and "
+                           "'val_loss'.")
+    if list(hist["step"]) != [25, 50, 60]:
+        raise CheckFailure(f"with steps=60 and eval_every=25, history['step'] should be "
+                           f"[25, 50, 60] (every eval_every steps and after the last step), got "
+                           f"{list(hist['step'])}.")
+    vals = [float(v) for v in hist["val_loss"]]
+    if len(vals) != 3 or not all(math.isfinite(v) for v in vals):
+        raise CheckFailure(f"history['val_loss'] should hold 3 finite numbers, got {vals}.")
+    if vals[-1] > 0.5 * math.log(vocab):
+        raise CheckFailure(f"after 60 steps on a periodic sequence the validation loss is "
+                           f"{vals[-1]:.3f} (ln({vocab}) = {math.log(vocab):.3f}): the model "
+                           "barely learns. Check the learning rate you set in every param group, "
+                           "zero_grad before backward, and that you step the optimiser.")
+
+
+def check_training_result(history, vocab_size: int) -> None:
+    """The notebook's run: finite losses, final validation loss below 3.2 (ln 65 = 4.17)."""
+    if not isinstance(history, dict) or "val_loss" not in history or not history["val_loss"]:
+        raise CheckFailure("the training cell produced no history['val_loss'].")
+    vals = [float(v) for v in history["val_loss"]]
+    if not all(math.isfinite(v) for v in vals):
+        raise CheckFailure(f"the validation losses contain NaN or inf: {vals}.")
+    limit = 3.2
+    if vals[-1] > limit:
+        raise CheckFailure(f"the final validation loss is {vals[-1]:.3f}, not well below "
+                           f"ln({vocab_size}) = {math.log(vocab_size):.2f} (limit {limit}).")
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+class _Recorder(nn.Module):
+    """Next-token logits fixed; records every input it is given; refuses inputs > n_ctx."""
+
+    def __init__(self, logits: torch.Tensor, n_ctx: int = 8) -> None:
+        super().__init__()
+        self.register_buffer("logits", logits.double().reshape(-1))
+        self.n_ctx = n_ctx
+        self.inputs: list[torch.Tensor] = []
+
+    def forward(self, idx):
+        if idx.size(1) > self.n_ctx:
+            raise CheckFailure(
+                f"generate passed {idx.size(1)} tokens to a model with n_ctx = {self.n_ctx}: "
+                "crop the context to the last n_ctx tokens, idx[:, -model.n_ctx:], before "
+                "each forward pass.")
+        self.inputs.append(idx.clone())
+        b, n = idx.shape
+        return self.logits.to(torch.float32).expand(b, n, -1).clone()
+
+
+def _frequencies(generate, logits, seed, **kwargs) -> torch.Tensor:
+    model = _Recorder(logits)
+    idx = torch.zeros(DRAWS, 1, dtype=torch.long)
+    label = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+    out = call(generate, model, idx, 1, generator=rng(seed), **kwargs,
+               name=f"generate(model, idx of shape ({DRAWS}, 1), 1, {label})")
+    expect_tensor(out, f"generate output ({label})", shape=(DRAWS, 2), dtype=torch.long)
+    return torch.bincount(out[:, 1], minlength=logits.numel()).double() / DRAWS
+
+
+def _fmt(t: torch.Tensor) -> str:
+    return "[" + ", ".join(f"{float(v):.3f}" for v in t) + "]"
+
+
+def check_generate_crop(generate) -> None:
+    """n_ctx = 5: every input <= 5 tokens and equal to the last 5 of the sequence so far."""
+    g = rng(40)
+    model = _Recorder(torch.randn(6, generator=g), n_ctx=5)
+    idx = torch.tensor([[1, 2, 3], [4, 5, 0]])
+    out = call(generate, model, idx, 6, generator=rng(41),
+               name="generate(model with n_ctx = 5, idx of shape (2, 3), 6)")
+    expect_tensor(out, "generate output", shape=(2, 9), dtype=torch.long)
+    if not torch.equal(out[:, :3], idx):
+        raise CheckFailure("the output must start with the prompt idx unchanged.")
+    if len(model.inputs) != 6:
+        raise CheckFailure(f"generate called the model {len(model.inputs)} times for 6 new "
+                           "tokens: call it once per new token.")
+    for step, seen in enumerate(model.inputs):
+        length = 3 + step
+        want = out[:, max(0, length - 5):length]
+        if not torch.equal(seen, want):
+            raise CheckFailure(f"at step {step} the model saw {seen.tolist()}, expected the last "
+                               f"n_ctx tokens so far {want.tolist()}: crop with "
+                               "idx[:, -model.n_ctx:] (the most recent tokens, not the first "
+                               "ones).")
+
+
+def check_generate_temperature(generate) -> None:
+    """Frequencies within 0.02 of softmax(logits / T) for T = 0.5 and 2; T = 0 raises."""
+    logits = torch.tensor([1.5, 0.5, 0.0, -0.5, -1.0], dtype=torch.float64)
+    for n, temperature in enumerate((0.5, 2.0)):
+        freq = _frequencies(generate, logits, 42 + n, temperature=temperature)
+        want = torch.softmax(logits / temperature, dim=-1)
+        if float((freq - want).abs().max()) <= TOL:
+            continue
+        plain = torch.softmax(logits, dim=-1)
+        times = torch.softmax(logits * temperature, dim=-1)
+        if float((freq - plain).abs().max()) <= TOL:
+            hint = ("temperature had no effect: it was applied after the softmax (multinomial "
+                    "renormalises the probabilities). Divide the logits by temperature before "
+                    "the softmax")
+        elif float((freq - times).abs().max()) <= TOL:
+            hint = "you multiplied the logits by temperature: divide them"
+        else:
+            hint = "sample from softmax(logits / temperature)"
+        raise CheckFailure(f"at temperature {temperature} the frequencies over {DRAWS} draws "
+                           f"were {_fmt(freq)}, expected {_fmt(want)} (±{TOL}): {hint}.")
+    try:
+        generate(_Recorder(logits), torch.zeros(1, 1, dtype=torch.long), 1, temperature=0.0)
+    except ValueError:
+        return
+    except Exception as exc:  # noqa: BLE001
+        raise CheckFailure(f"temperature=0 raised {type(exc).__name__}: {exc}; check it first "
+                           "and raise a ValueError with a clear message.") from None
+    raise CheckFailure("temperature=0 raised no error: dividing by 0 gives inf/NaN logits. "
+                       "Raise a ValueError (temperature must be > 0).")
+
+
+def check_generate_top_k(generate) -> None:
+    """top_k = 3 of 7: exactly the top 3 appear, renormalised; top_k = 100 is clamped."""
+    logits = torch.tensor([0.2, 1.4, -0.3, 1.0, 0.9, -1.2, 0.1], dtype=torch.float64)
+    freq = _frequencies(generate, logits, 50, top_k=3)
+    keep = torch.zeros(7, dtype=torch.bool)
+    keep[[1, 3, 4]] = True
+    want = torch.softmax(logits.masked_fill(~keep, float("-inf")), dim=-1)
+    seen = int((freq > 0).sum())
+    if seen != 3:
+        hint = ("top_k kept k - 1 tokens: keep the k largest logits (mask those strictly "
+                "below the k-th largest)" if seen == 2 else
+                "top_k=3 must keep exactly the 3 largest logits")
+        raise CheckFailure(f"with top_k=3, {seen} distinct tokens were drawn "
+                           f"(frequencies {_fmt(freq)}): {hint}.")
+    if float((freq - want).abs().max()) > TOL:
+        raise CheckFailure(f"with top_k=3 the frequencies were {_fmt(freq)}, expected "
+                           f"{_fmt(want)} (±{TOL}): keep the 3 largest logits and renormalise "
+                           "with the softmax.")
+    freq = _frequencies(generate, logits, 51, top_k=100)
+    want = torch.softmax(logits, dim=-1)
+    if float((freq - want).abs().max()) > TOL:
+        raise CheckFailure(f"with top_k=100 > vocabulary 7 the frequencies were {_fmt(freq)}, "
+                           f"expected the full distribution {_fmt(want)}: clamp k to the "
+                           "vocabulary size.")
+
+
+def check_generate_top_p(generate) -> None:
+    """Probabilities (0.45, 0.3, 0.15, 0.07, 0.03), shuffled: top_p 0.6 -> 2 tokens, 0.9 -> 3."""
+    probs = torch.tensor([0.07, 0.45, 0.03, 0.15, 0.30], dtype=torch.float64)
+    logits = probs.log()
+    order = [1, 4, 3, 0, 2]          # tokens by decreasing probability
+    for n, (p, kept) in enumerate(((0.6, 2), (0.9, 3), (0.01, 1))):
+        freq = _frequencies(generate, logits, 60 + n, top_p=p)
+        keep = torch.zeros(5, dtype=torch.bool)
+        keep[order[:kept]] = True
+        want = torch.where(keep, probs, 0.0) / probs[keep].sum()
+        if float((freq - want).abs().max()) <= TOL:
+            continue
+        seen = int((freq > 0).sum())
+        if seen == kept - 1:
+            hint = ("top_p dropped the token that crosses p: keep the smallest set whose mass "
+                    "reaches p, including the token that crosses it (remove a token only when "
+                    "the mass before it is already >= p)")
+        elif seen == kept + 1:
+            hint = "top_p kept one token too many: stop at the token whose cumulative mass " \
+                   "first reaches p"
+        else:
+            hint = "sort the probabilities in decreasing order and keep the prefix whose " \
+                   "mass first reaches p; scatter the mask back to the original token order"
+        raise CheckFailure(f"with top_p={p} the frequencies were {_fmt(freq)}, expected "
+                           f"{_fmt(want)} (±{TOL}, {kept} token(s) kept): {hint}.")
