@@ -1,0 +1,423 @@
+"""Hidden tests of Day 14: RMSNorm, SwiGLU, RoPE, the KV cache, ModernGPT, cached generation.
+
+RoPE uses the half-split convention (dimension i pairs with i + head_dim/2), stated in the
+notebook; the reference here is written with complex numbers, independently of the exercise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from course.device import check_runs_on_any_device
+
+# --------------------------------------------------------------------------- RMSNorm
+
+
+def check_rmsnorm_matches_torch(RMSNorm) -> None:
+    """float64, random gain, eps = 0.1: equal to torch.nn.RMSNorm."""
+    d, eps = 10, 0.1
+    norm = expect_module(RMSNorm, d, eps=eps).double()
+    weight = getattr(norm, "weight", None)
+    if not isinstance(weight, nn.Parameter) or tuple(weight.shape) != (d,):
+        raise CheckFailure("RMSNorm needs a learned gain `self.weight = nn.Parameter(torch.ones("
+                           "d_model))`.")
+    if any(n != "weight" for n, _ in norm.named_parameters()):
+        raise CheckFailure("RMSNorm has only a gain `weight`: no bias (that is LayerNorm).")
+    g = rng(50)
+    with torch.no_grad():
+        weight.copy_(1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64))
+    x = 2 + 3 * torch.randn(2, 3, d, generator=g, dtype=torch.float64)   # non-zero mean
+    out = call(norm, x, name="RMSNorm(10, eps=0.1)(x of shape (2, 3, 10))")
+    ref = nn.RMSNorm(d, eps=eps).double()
+    with torch.no_grad():
+        ref.weight.copy_(weight)
+    w = weight.detach()
+    ms = x.pow(2).mean(-1, keepdim=True)
+    centred = x - x.mean(-1, keepdim=True)
+    candidates = {
+        "you subtracted the mean: RMSNorm only rescales by the root mean square (no "
+        "centring, unlike LayerNorm)":
+            centred / torch.sqrt(centred.pow(2).mean(-1, True) + eps) * w,
+        "eps is outside the square root: use sqrt(mean(x²) + eps)": x / (ms.sqrt() + eps) * w,
+        "you divided by the mean square, not its square root": x / (ms + eps) * w,
+        "you forgot the gain `weight`": x / torch.sqrt(ms + eps),
+        "you normalised by the sum of squares instead of the mean": x / torch.sqrt(
+            x.pow(2).sum(-1, keepdim=True) + eps) * w,
+    }
+    compare(out, ref(x), "RMSNorm output", candidates, rtol=1e-10, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- SwiGLU
+
+
+def check_swiglu_values(SwiGLU) -> None:
+    """d 6, d_ff 10, float64, injected weights: w_down(silu(w_gate x) * w_up x)."""
+    d, d_ff = 6, 10
+    mlp = expect_module(SwiGLU, d, d_ff).double()
+    shapes = {"w_gate": (d_ff, d), "w_up": (d_ff, d), "w_down": (d, d_ff)}
+    for name, shape in shapes.items():
+        layer = getattr(mlp, name, None)
+        if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != shape:
+            raise CheckFailure(f"SwiGLU needs `self.{name}` = nn.Linear with weight of shape "
+                               f"{shape}; got {layer!r}.")
+        if layer.bias is not None:
+            raise CheckFailure(f"{name} must have no bias: nn.Linear(..., bias=False).")
+    g = rng(51)
+    ws = {n: torch.randn(*s, generator=g, dtype=torch.float64) / math.sqrt(s[1])
+          for n, s in shapes.items()}
+    with torch.no_grad():
+        for n, w in ws.items():
+            getattr(mlp, n).weight.copy_(w)
+    x = torch.randn(3, 4, d, generator=g, dtype=torch.float64)
+    out = call(mlp, x, name="SwiGLU(6, 10)(x of shape (3, 4, 6))")
+    gate, up, down = x @ ws["w_gate"].T, x @ ws["w_up"].T, ws["w_down"].T
+    candidates = {
+        "silu is on the wrong branch: apply it to the gate, silu(w_gate(x)) * w_up(x)":
+            (gate * F.silu(up)) @ down,
+        "the gate has no silu: silu(w_gate(x)) * w_up(x)": (gate * up) @ down,
+        "silu is applied to the product: only the gate goes through silu":
+            F.silu(gate * up) @ down,
+        "you used GELU; SwiGLU uses silu (x * sigmoid(x)) on the gate":
+            (F.gelu(gate) * up) @ down,
+        "sigmoid instead of silu: silu(z) = z * sigmoid(z)": (torch.sigmoid(gate) * up) @ down,
+    }
+    compare(out, (F.silu(gate) * up) @ down, "SwiGLU output", candidates, rtol=1e-10, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- RoPE
+
+
+def _rope_reference(x: torch.Tensor, positions: torch.Tensor, base: float,
+                    pairing: str = "half", sign: float = 1.0, exponent: str = "2i/d"
+                    ) -> torch.Tensor:
+    """RoPE via complex multiplication: (a + ib) * exp(i m theta_j) for each pair (a, b)."""
+    d = x.size(-1)
+    i = torch.arange(d // 2, dtype=torch.float64)
+    theta = base ** (-(2 * i) / d) if exponent == "2i/d" else base ** (-i / d)
+    angle = positions.double()[:, None] * theta[None, :] * sign             # (T, d/2)
+    rot = torch.polar(torch.ones_like(angle), angle)                          # (T, d/2)
+    if pairing == "half":
+        z = torch.complex(x[..., : d // 2], x[..., d // 2:]) * rot
+        return torch.cat([z.real, z.imag], dim=-1)
+    z = torch.complex(x[..., 0::2], x[..., 1::2]) * rot                       # interleaved
+    return torch.stack([z.real, z.imag], dim=-1).flatten(-2)
+
+
+def _apply(rope, q, k, positions, label):
+    out = call(rope.apply_rope, q, k, positions, name=label)
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise CheckFailure("apply_rope should return a tuple (q_rotated, k_rotated).")
+    qr, kr = out
+    expect_tensor(qr, "rotated q", shape=tuple(q.shape))
+    expect_tensor(kr, "rotated k", shape=tuple(k.shape))
+    return qr, kr
+
+
+def check_rope_properties(RotaryEmbedding) -> None:
+    """Identity at position 0, norms kept, q_m . k_n a function of m - n only."""
+    d, max_len = 8, 40
+    rope = expect_module(RotaryEmbedding, d, max_len, base=100.0).double()
+    g = rng(52)
+    q = torch.randn(2, 5, d, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 5, d, generator=g, dtype=torch.float64)
+    zero = torch.zeros(5, dtype=torch.long)
+    qr, kr = _apply(rope, q, k, zero, "apply_rope(q, k, positions = 0)")
+    compare(qr, q, "q rotated at position 0", rtol=1e-10, atol=1e-12,
+            hint="position 0 must be the identity: the angle is 0 * theta = 0, cos = 1, sin = 0.")
+    compare(kr, k, "k rotated at position 0", rtol=1e-10, atol=1e-12)
+    pos = torch.tensor([0, 3, 9, 17, 33])
+    qr, kr = _apply(rope, q, k, pos, "apply_rope(q, k, positions)")
+    compare(qr.norm(dim=-1), q.norm(dim=-1), "norms of rotated q", rtol=1e-6, atol=1e-7,
+            hint="a rotation keeps the length of every vector: use cos and sin of the same "
+                 "angle for both members of a pair (a cos - b sin, a sin + b cos).")
+    # One query and one key vector placed at many positions: score(m, n) vs m - n.
+    qv = torch.randn(1, d, generator=g, dtype=torch.float64)
+    kv = torch.randn(1, d, generator=g, dtype=torch.float64)
+    positions = torch.arange(max_len)
+    q_all, k_all = _apply(rope, qv.expand(max_len, d), kv.expand(max_len, d), positions,
+                          "apply_rope on one vector at positions 0..39")
+    scores = q_all @ k_all.T                                               # (m, n)
+    for offset in (0, 5, -7, 21):
+        diag = torch.diagonal(scores, offset=-offset)                      # m - n == offset
+        if float(diag.max() - diag.min()) > 1e-5:
+            raise CheckFailure(f"q_m · k_n differs between pairs with the same offset m - n = "
+                               f"{offset} (from {float(diag.min()):.4f} to "
+                               f"{float(diag.max()):.4f}): rotate q and k with the same angles "
+                               "for the same position, by m * theta_i.")
+    if float(scores.std()) < 1e-6:
+        raise CheckFailure("all scores are equal: the rotation ignores the positions.")
+
+
+def check_rope_convention(RotaryEmbedding) -> None:
+    """4-D inputs at positions (3, 0, 7, 12) vs the complex half-split reference."""
+    d, base = 12, 10000.0
+    rope = expect_module(RotaryEmbedding, d, 16).double()
+    g = rng(53)
+    q = torch.randn(2, 3, 4, d, generator=g, dtype=torch.float64)    # (B, H, T, d)
+    k = torch.randn(2, 3, 4, d, generator=g, dtype=torch.float64)
+    pos = torch.tensor([3, 0, 7, 12])
+    qr, kr = _apply(rope, q, k, pos, "apply_rope(q, k, positions = [3, 0, 7, 12])")
+    candidates = {
+        "you rotated the wrong pairs: in the half-split convention dimension i pairs with "
+        "i + head_dim/2 (x1 = x[..., :d/2], x2 = x[..., d/2:]), not with its neighbour i + 1":
+            _rope_reference(q, pos, base, pairing="interleaved"),
+        "the rotation goes the wrong way: x1 cos - x2 sin, x1 sin + x2 cos":
+            _rope_reference(q, pos, base, sign=-1.0),
+        "wrong frequencies: theta_i = base ** (-2i / head_dim) for i = 0 .. head_dim/2 - 1":
+            _rope_reference(q, pos, base, exponent="i/d"),
+        "the positions were ignored (rotated as 0, 1, 2, ...): index the tables with "
+        "`positions`": _rope_reference(q, torch.arange(4), base),
+    }
+    compare(qr, _rope_reference(q, pos, base), "rotated q", candidates, rtol=1e-6, atol=1e-6)
+    compare(kr, _rope_reference(k, pos, base), "rotated k", rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- cached attention
+
+
+def _reference_attention(x, w_qkv, w_proj, heads, base=10000.0):
+    """Causal SDPA with RoPE (complex reference) over a whole sequence."""
+    b, n, d = x.shape
+    dk = d // heads
+    q, k, v = (x @ w_qkv.T).split(d, dim=2)
+    q, k, v = (t.view(b, n, heads, dk).transpose(1, 2) for t in (q, k, v))
+    pos = torch.arange(n)
+    q, k = _rope_reference(q, pos, base), _rope_reference(k, pos, base)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(1, 2).reshape(b, n, d) @ w_proj.T
+
+
+def _cache_len(cache, label: str) -> int:
+    if not isinstance(cache, tuple | list) or len(cache) != 2:
+        raise CheckFailure(f"{label}: the cache should be a tuple (k, v), got "
+                           f"{type(cache).__name__}.")
+    k, v = cache
+    expect_tensor(k, f"{label}: cached k")
+    expect_tensor(v, f"{label}: cached v")
+    if k.shape != v.shape:
+        raise CheckFailure(f"{label}: cached k has shape {tuple(k.shape)} but v has "
+                           f"{tuple(v.shape)}: append this step's keys and values once each.")
+    return k.size(2)
+
+
+def check_cached_attention_matches_full(CachedCausalSelfAttention) -> None:
+    """Prefill 5 then decode 1 + 1 == one full causal pass over 7 tokens; caches 5, 6, 7."""
+    d, heads, max_len = 24, 3, 16
+    attn = expect_module(CachedCausalSelfAttention, d, heads, max_len).double().eval()
+    for name, shape in (("qkv", (3 * d, d)), ("proj", (d, d))):
+        layer = getattr(attn, name, None)
+        if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != shape:
+            raise CheckFailure(f"CachedCausalSelfAttention needs `self.{name}` = nn.Linear with "
+                               f"weight {shape} and no bias.")
+    g = rng(54)
+    w_qkv = torch.randn(3 * d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+    w_proj = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+    with torch.no_grad():
+        attn.qkv.weight.copy_(w_qkv)
+        attn.proj.weight.copy_(w_proj)
+    x = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
+    expected = _reference_attention(x, w_qkv, w_proj, heads)
+    with torch.no_grad():
+        out = call(attn, x, name="attention over 7 tokens without a cache")
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise CheckFailure("forward should return a tuple (y, (k, v)).")
+        full, full_cache = out
+        expect_tensor(full, "output without a cache", shape=(2, 7, d))
+        no_rope = F.scaled_dot_product_attention(
+            *((x @ w_qkv.T).split(d, 2)[i].view(2, 7, heads, d // heads).transpose(1, 2)
+              for i in range(3)), is_causal=True).transpose(1, 2).reshape(2, 7, d) @ w_proj.T
+        compare(full, expected, "output over 7 tokens without a cache",
+                {"q and k were not rotated: apply RoPE to q and k before the scores": no_rope},
+                rtol=1e-5, atol=1e-6)
+        if _cache_len(full_cache, "without a cache") != 7:
+            raise CheckFailure("after 7 tokens the returned cache should hold 7 keys.")
+        y1, c1 = call(attn, x[:, :5], name="prefill of 5 tokens")
+        n1 = _cache_len(c1, "after a prefill of 5 tokens")
+        y2, c2 = call(attn, x[:, 5:6], c1, name="decoding token 6 with the cache")
+        n2 = _cache_len(c2, "after decoding token 6")
+        y3, c3 = call(attn, x[:, 6:7], c2, name="decoding token 7 with the cache")
+        n3 = _cache_len(c3, "after decoding token 7")
+    if (n1, n2, n3) != (5, 6, 7):
+        twice = n2 - n1 == 2 or n3 - n2 == 2
+        raise CheckFailure(
+            f"the cache held {n1}, {n2}, {n3} keys after 5, 6, 7 tokens, expected 5, 6, 7"
+            + (": the new keys were appended twice; concatenate the cache with this step's "
+               "keys exactly once" if twice else "") + ".")
+    got = torch.cat([y1, y2, y3], dim=1)
+    expect_tensor(got, "cached outputs", shape=(2, 7, d))
+    # The classic mistakes of decoding, computed the same way.
+    wrong_pos = expected.clone()
+    for t in (5, 6):          # the new token rotated as position 0
+        b, n = 2, t + 1
+        q, k, v = (x[:, :n] @ w_qkv.T).split(d, 2)
+        q, k, v = (a.view(b, n, heads, d // heads).transpose(1, 2) for a in (q, k, v))
+        pos_k = torch.arange(n)
+        pos_k[5:] = 0            # every decoded key was rotated as position 0 too
+        qr = _rope_reference(q[:, :, -1:], torch.tensor([0]), 10000.0)
+        kr = _rope_reference(k, pos_k, 10000.0)
+        y = F.scaled_dot_product_attention(qr, kr, v)
+        wrong_pos[:, t] = (y.transpose(1, 2).reshape(b, 1, d) @ w_proj.T)[:, 0]
+    compare(got, expected, "outputs of prefill + cached decoding",
+            {"the new token was rotated as position 0: offset the positions by the cache "
+             "length, torch.arange(past, past + T)": wrong_pos},
+            rtol=1e-5, atol=1e-6,
+            hint="prefill + decoding must equal one full causal pass; the new query attends to "
+                 "all past + 1 keys (mask torch.ones(T, S).tril(diagonal=S - T)).")
+
+
+# --------------------------------------------------------------------------- ModernGPT
+
+
+def check_modern_gpt_structure(ModernGPT) -> None:
+    """Tied head, no position table, RMSNorm/SwiGLU inside, parameter count by formula."""
+    vocab, d, heads, layers, max_len, d_ff = 23, 48, 4, 3, 32, 40
+    model = expect_module(ModernGPT, vocab, d_model=d, num_heads=heads, num_layers=layers,
+                          max_len=max_len, d_ff=d_ff)
+    tok, head = getattr(model, "tok", None), getattr(model, "head", None)
+    if not isinstance(tok, nn.Embedding) or not isinstance(head, nn.Linear):
+        raise CheckFailure("ModernGPT needs `self.tok` (nn.Embedding) and `self.head` "
+                           "(nn.Linear(d_model, vocab_size, bias=False)).")
+    if head.weight is not tok.weight:
+        raise CheckFailure("the head is not tied to the embedding: write "
+                           "`self.head.weight = self.tok.weight` (one shared (V, D) matrix).")
+    if head.bias is not None:
+        raise CheckFailure("head must have no bias.")
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.Embedding) and mod is not tok:
+            raise CheckFailure(f"`{name}` is a second embedding table: ModernGPT has no learned "
+                               "position table, RoPE inside attention encodes positions.")
+        if isinstance(mod, nn.LayerNorm):
+            raise CheckFailure(f"`{name}` is a LayerNorm: ModernGPT uses your RMSNorm.")
+    got = sum(p.numel() for p in model.parameters())
+    want = layers * (4 * d * d + 3 * d * d_ff + 2 * d) + vocab * d + d
+    if got != want:
+        delta = got - want
+        hints = {vocab * d: "the head is counted separately: tie it to the embedding",
+                 max_len * d: "a position table is there: remove it",
+                 -d: "the final norm norm_f is missing",
+                 -layers * d * d_ff: "the MLP is missing a matrix: SwiGLU has three"}
+        raise CheckFailure(f"ModernGPT({vocab}, d_model={d}, num_layers={layers}, d_ff={d_ff}) "
+                           f"has {got:,} parameters, expected {want:,} = L(4D² + 3·D·d_ff + 2D) "
+                           f"+ V·D + D: {hints.get(delta, f'difference {delta:+,}')}.")
+
+
+def check_modern_gpt_cache(ModernGPT) -> None:
+    """Prompt of 6 then 2 cached steps == full pass over 8 (float64); causal; any device."""
+    vocab = 17
+    torch.manual_seed(55)
+    model = expect_module(ModernGPT, vocab, d_model=32, num_heads=4, num_layers=2, max_len=16,
+                          d_ff=40).double().eval()
+    g = rng(56)
+    idx = torch.randint(0, vocab, (2, 8), generator=g)
+    with torch.no_grad():
+        out = call(model, idx, name="ModernGPT(17, ...)(idx of shape (2, 8))")
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise CheckFailure("ModernGPT.forward should return (logits, new_cache).")
+        full, _ = out
+        expect_tensor(full, "logits", shape=(2, 8, vocab), dtype=torch.float64)
+        changed = idx.clone()
+        changed[:, 5:] = (changed[:, 5:] + 3) % vocab
+        other, _ = call(model, changed, name="ModernGPT on a changed suffix")
+        if not torch.allclose(full[:, :5], other[:, :5], atol=1e-9):
+            raise CheckFailure("changing tokens 5..7 changed the logits at positions 0..4: "
+                               "the model is not causal.")
+        l1, cache = call(model, idx[:, :6], name="ModernGPT prefill (6 tokens)")
+        l2, cache = call(model, idx[:, 6:7], cache, name="ModernGPT decoding with the cache")
+        l3, cache = call(model, idx[:, 7:8], cache, name="ModernGPT decoding with the cache")
+    if not isinstance(cache, list | tuple) or len(cache) != 2:
+        raise CheckFailure("the new cache should be a list with one (k, v) per block (2 here).")
+    got = torch.cat([l1, l2, l3], dim=1)
+    compare(got, full, "logits from prefill + cached decoding", rtol=1e-6, atol=1e-7,
+            hint="pass cache[i] to block i and return the list of the blocks' new caches.")
+    small = expect_module(ModernGPT, 11, d_model=16, num_heads=2, num_layers=1, max_len=8,
+                          d_ff=24).eval()
+    tokens = torch.randint(0, 11, (2, 6), generator=rng(57))
+    check_runs_on_any_device(_LogitsOnly(small), lambda: (tokens,), "ModernGPT")
+
+
+class _LogitsOnly(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx):
+        return self.model(idx)[0]
+
+
+# --------------------------------------------------------------------------- cached generation
+
+
+class _RefCachedLM(nn.Module):
+    """A one-block causal LM with a KV cache, built from PyTorch functions (no exercise code).
+
+    Records the length of every input it is fed, to see whether generation feeds one token
+    per step after the prompt.
+    """
+
+    def __init__(self, vocab: int = 13, d: int = 16, heads: int = 2, max_len: int = 64) -> None:
+        super().__init__()
+        g = rng(58)
+        self.vocab, self.d, self.heads = vocab, d, heads
+        self.emb = nn.Parameter(torch.randn(vocab, d, generator=g, dtype=torch.float64))
+        self.w_qkv = nn.Parameter(torch.randn(3 * d, d, generator=g, dtype=torch.float64) / 4)
+        self.w_out = nn.Parameter(torch.randn(vocab, d, generator=g, dtype=torch.float64))
+        self.n_ctx = max_len
+        self.fed: list[int] = []
+
+    def forward(self, idx, cache=None):
+        self.fed.append(idx.size(1))
+        b, t = idx.shape
+        x = self.emb[idx]                                            # (B, T, d)
+        q, k, v = (x @ self.w_qkv.T).split(self.d, 2)
+        q, k, v = (a.view(b, t, self.heads, -1).transpose(1, 2) for a in (q, k, v))
+        past = 0 if cache is None else cache[0].size(2)
+        pos = torch.arange(past, past + t)
+        q, k = _rope_reference(q, pos, 100.0), _rope_reference(k, pos, 100.0)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+        s = k.size(2)
+        mask = torch.ones(t, s, dtype=torch.bool).tril(diagonal=s - t)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = y.transpose(1, 2).reshape(b, t, self.d) + x
+        return y @ self.w_out.T, (k, v)
+
+
+def _greedy_recompute(model, idx, n):
+    for _ in range(n):
+        logits, _ = model(idx)
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return idx
+
+
+def check_generate_with_cache_matches(generate_with_cache) -> None:
+    """Same tokens as greedy recomputation for 12 new tokens; one token per call after prefill."""
+    prompt = torch.randint(0, 13, (3, 5), generator=rng(59))
+    with torch.no_grad():
+        want = _greedy_recompute(_RefCachedLM(), prompt, 12)
+    model = _RefCachedLM()
+    with torch.no_grad():
+        got = call(generate_with_cache, model, prompt, 12,
+                   name="generate_with_cache(model, prompt of shape (3, 5), 12)")
+    expect_tensor(got, "generated tokens", shape=(3, 17), dtype=torch.long)
+    fed_after = model.fed[1:]
+    if model.fed and model.fed[0] != 5:
+        raise CheckFailure(f"the first call fed {model.fed[0]} tokens: run the whole prompt "
+                           "(5 tokens) once to fill the cache (prefill).")
+    if any(n != 1 for n in fed_after):
+        raise CheckFailure(f"after the prompt the model was fed {fed_after[:4]}... tokens per "
+                           "call: with a cache, feed only the newest token (idx[:, -1:]); "
+                           "feeding the sequence again appends its keys to the cache twice.")
+    if not torch.equal(got, want):
+        first = int((got != want).any(0).nonzero()[0])
+        raise CheckFailure(f"the cached generation differs from greedy recomputation from "
+                           f"position {first} on: got {got[0].tolist()}, expected "
+                           f"{want[0].tolist()}. Take argmax of the last position's logits, pass "
+                           "the returned cache to the next call.")
+    if len(model.fed) > 13:
+        raise CheckFailure(f"{len(model.fed)} model calls for 12 new tokens: one prefill and "
+                           "at most one call per new token.")
