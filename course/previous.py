@@ -212,8 +212,8 @@ def load_previous(day: str, *names: str, folder: str | os.PathLike | None = None
         found = [_standin(day, n) for n in names]
         why = ("nbgrader is grading this notebook" if os.environ.get("NBGRADER_EXECUTION")
                else "COURSE_USE_STANDINS is set")
-        _say(f"{why}, so {', '.join(names)} from {day} are the course's stand-ins: today's "
-             "notebook is graded on today's code only.")
+        _say(f"{why}: using the course's stand-in {', '.join(names)} from {day}, so that "
+             "today's notebook is graded on today's code only.")
         return found[0] if len(found) == 1 else tuple(found)
 
     path = _notebook_path(day, folder)
