@@ -58,7 +58,10 @@ _LOADING: set[str] = set()
 
 
 def _say(message: str) -> None:
-    print(f"load_previous: {message}")
+    # Loads nested inside an earlier notebook (Day 6 loading Day 4 for Day 7) stay quiet: the
+    # outer object's own quick check decides whether it is used.
+    if not _LOADING:
+        print(f"load_previous: {message}")
 
 
 def _use_standins() -> bool:
