@@ -158,11 +158,12 @@ class Explorer:
         if self.interactive:
             import ipywidgets as w
 
-            self._image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+            self._image = w.Image(format="png", layout=w.Layout(
+                max_width="100%", width="auto", height="auto", align_self="flex-start"))
             self._html = w.HTML()
             for key, control in self.controls.items():
                 control.observe(self._observer(key), names="value")
-            rows = list(extra) + list(self.controls.values())
+            rows = list(self.controls.values()) + list(extra)
             self.widget = w.VBox([w.HBox(rows[i:i + 3]) for i in range(0, len(rows), 3)]
                                  + [self._image, self._html])
             self.widget.add_class("course-explorer")
@@ -501,7 +502,7 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
         if is_text:
             controls["text"] = w.Text(value=inputs, description="input text",
                                       continuous_update=False, style=style,
-                                      layout=w.Layout(width="28em"))
+                                      layout=w.Layout(width="34em"))
         elif n_examples > 1:
             controls["example"] = w.IntSlider(0, 0, n_examples - 1, description="example",
                                               continuous_update=False, style=style)
@@ -523,8 +524,8 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
             q_labels = k_labels = toks
         else:
             q_labels, k_labels = [str(i) for i in range(tq)], [str(j) for j in range(tk)]
-        side = min(9.0, 2.5 + 0.32 * max(tq, tk))
-        width = side + (3.2 if image is not None else 0.0)
+        side = min(7.0, 2.8 + 0.2 * max(tq, tk))
+        width = side + 0.8 + (3.2 if image is not None else 0.0)
         fig = _new_figure(static, (width, side))
         if image is not None:
             ax_img, ax = fig.subplots(1, 2, width_ratios=[3.2, side])
@@ -548,9 +549,9 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
         ax.set_yticks(range(0, tq, step), q_labels[::step], fontsize=fs)
         ax.set_xlabel("key position (token attended to)")
         ax.set_ylabel("query position (token attending)")
-        head_txt = f"head {values['head']} of {heads.shape[0]}"
-        ax.set_title(f"{title + ': ' if title else ''}layer {values['layer']} of {len(maps)}, "
-                     f"{head_txt}", fontsize=10)
+        head_txt = f"head {values['head']} (heads 0–{heads.shape[0] - 1})"
+        ax.set_title(f"{title + ': ' if title else ''}layer {values['layer']} (layers "
+                     f"0–{len(maps) - 1}), {head_txt}", fontsize=10)
         fig.colorbar(im, ax=ax, fraction=0.046, label="attention weight (0 to 1)")
         # Caption: who attends to whom, in words (also what a screen reader gets).
         k = min(top, tk)
@@ -558,7 +559,7 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
         rows = []
         for i in range(tq):
             pairs = ", ".join(f"{html.escape(k_labels[int(j)])} ({float(v):.2f})"
-                              for v, j in zip(vals[i], idx[i], strict=True))
+                              for v, j in zip(vals[i], idx[i], strict=True) if v > 0) or "—"
             rows.append(f"<b>{html.escape(q_labels[i])}</b> → {pairs}")
         pred = ""
         out = state["output"]
