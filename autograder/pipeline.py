@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -197,6 +199,9 @@ def check_sync(root: Path) -> list[str]:
 
 # --------------------------------------------------------------------------- grading
 
+STATUSES = ("graded", "missing", "unreadable", "timeout", "memory-limit", "kernel-died",
+            "tampered", "environment-error")
+
 
 @dataclass
 class TestResult:
@@ -208,23 +213,33 @@ class TestResult:
 
 @dataclass
 class Result:
-    """The outcome of grading one (student, day)."""
+    """The outcome of grading one (student, day).
+
+    ``status`` is one of :data:`STATUSES`. ``score`` is what the tests that ran earned, also
+    for timeout/memory-limit/kernel-died/tampered (the status says why it needs a look).
+    """
 
     student: str
     day: str
-    status: str  # graded | missing | unreadable | wrong-day | error
+    status: str
     score: float = 0.0
     max_score: float = 0.0
     tests: list[TestResult] = field(default_factory=list)
     detail: str = ""
+    key: str = ""           # hash of the submitted notebook + the course's grading material
+    seconds: float = 0.0
+    sandboxed: bool = False
+    flags: list[str] = field(default_factory=list)  # tamper findings, truncated output...
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> Result:
-        data = dict(data)
+        known = {f for f in cls.__dataclass_fields__}
+        data = {k: v for k, v in data.items() if k in known}
         data["tests"] = [TestResult(**t) for t in data.get("tests", [])]
+        data["flags"] = list(data.get("flags", []))
         return cls(**data)
 
 
@@ -257,7 +272,8 @@ def score_notebook(source_nb: nbformat.NotebookNode, graded_nb: nbformat.Noteboo
     """Score each test cell of the source notebook from the autograded notebook's outputs.
 
     A test cell missing from the submission scores 0 (nbgrader restores deleted test cells
-    only when it can match them; the source notebook is the list of what counts).
+    only when it can match them; the source notebook is the list of what counts). A grade id
+    pasted twice counts once (the first copy).
     """
     from nbgrader.utils import determine_grade
 
@@ -283,13 +299,17 @@ def score_notebook(source_nb: nbformat.NotebookNode, graded_nb: nbformat.Noteboo
 
 
 def find_submitted_notebook(folder: Path, day: str) -> Path | None:
-    """The notebook of ``day`` in a submission folder, tolerating a renamed single notebook."""
+    """The notebook of ``day`` in a submission folder, tolerating a renamed single notebook
+    (``day03_self_attention (1).ipynb``) and ignoring checkpoints."""
     exact = folder / notebook_name(day)
     if exact.is_file():
         return exact
-    candidates = [p for p in folder.glob("*.ipynb") if not p.name.startswith(".")]
+    candidates = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
     if len(candidates) == 1:
         return candidates[0]
+    close = [p for p in candidates if p.name.startswith(day)]
+    if close:
+        return max(close, key=lambda p: p.stat().st_mtime)
     return None
 
 
@@ -321,78 +341,490 @@ def discover(submissions: Path, days: list[str], students: list[str] | None = No
 
 
 def _atomic_write_json(path: Path, data: dict) -> None:
+    _atomic_write_text(path, json.dumps(data, indent=1))
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-_WORKER: dict[str, Path] = {}
+# --------------------------------------------------------------------------- keys (resume)
 
 
-def _worker_init(template: str, course_root: str) -> None:
-    """Each worker process grades in its own copy of the course folder and gradebook."""
+def course_fingerprint(root: Path, day: str, settings: dict | None = None) -> str:
+    """Hash of what decides a grade besides the submission: the day's source notebook, the
+    grading library (autograder/checks, course/), nbgrader's configuration, the limits."""
+    h = hashlib.sha256()
+    files = sorted((root / "source" / day).rglob("*"))
+    for sub in ("autograder/checks", "course"):
+        files += sorted((root / sub).rglob("*.py"))
+    files.append(CONFIG_FILE)
+    for f in files:
+        if f.is_file() and ".ipynb_checkpoints" not in f.parts and "__pycache__" not in f.parts:
+            h.update(str(f.relative_to(root) if f.is_relative_to(root) else f.name).encode())
+            h.update(f.read_bytes())
+    h.update(json.dumps(settings or {}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def submission_key(nb_path: Path | None, fingerprint: str) -> str:
+    h = hashlib.sha256(fingerprint.encode())
+    if nb_path is None:
+        h.update(b"<missing>")
+    else:
+        try:
+            h.update(Path(nb_path).read_bytes())
+        except OSError as exc:
+            h.update(f"<unreadable {exc}>".encode())
+    return h.hexdigest()[:32]
+
+
+# --------------------------------------------------------------------------- one notebook
+
+_WORKER: dict = {}
+
+# Learner code has no business touching these; each is a known way to fake a pass.
+TAMPER_PATTERNS = [
+    (r"\btorch\s*\.\s*(allclose|equal|isclose|testing)\b[\w.]*\s*=(?!=)",
+     "replaces a torch comparison function"),
+    (r"setattr\s*\(\s*torch\b", "patches torch with setattr"),
+    (r"\b(assert_close|allclose)\s*=(?!=)", "rebinds a comparison function"),
+    (r"\bdef\s+__(eq|ne|bool|torch_function|torch_dispatch)__\b",
+     "defines an object that can answer any comparison"),
+    (r"\b__torch_function__\b|\b__torch_dispatch__\b", "overrides torch dispatch"),
+    (r"showtraceback|showsyntaxerror|set_custom_exc|InteractiveShell|input_transformers"
+     r"|ast_transformers|events\.register|sys\.excepthook",
+     "patches IPython's error display or cell execution"),
+    (r"\bautograder\b", "touches the grading library"),
+    (r"sys\.modules\s*\[", "replaces imported modules"),
+    (r"\b__builtins__\b|\bbuiltins\b", "patches Python builtins"),
+    (r"(?i)\b(all\s+)?tests?\s+passed\b|\bpoints?\s*[:=]\s*\d|\bscore\s*[:=]\s*\d"
+     r"|\bgrade_id\b|\bday\d\d_\w+\s*:\s*(pass|ok|\d)",
+     "prints text that imitates a grading result"),
+]
+
+
+def scan_for_tampering(submitted: nbformat.NotebookNode, release: nbformat.NotebookNode | None
+                       ) -> list[str]:
+    """Static review of the learner's own code (cells nbgrader does not overwrite)."""
+    import re
+
+    given = set()
+    if release is not None:
+        given = {c.source.strip() for c in release.cells if c.cell_type == "code"}
+    found = []
+    for i, cell in enumerate(submitted.cells, 1):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if (meta.get("grade") and not meta.get("solution")) or (
+                meta.get("locked") and not meta.get("solution")):
+            continue  # nbgrader restores these from the gradebook
+        src = cell.source
+        if src.strip() in given:
+            continue
+        for lineno, line in enumerate(src.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for pat, why in TAMPER_PATTERNS:
+                if re.search(pat, code):
+                    found.append(f"cell {i} line {lineno}: {why}: {line.strip()[:120]}")
+                    break
+    return found
+
+
+def _worker_setup(template: Path, course_root: Path, base: Path, sandbox: bool) -> Path:
+    """A private course folder for this process: template copy, gradebook, kernelspec dir."""
     import warnings
 
-    # Kernels import the grading library (autograder.checks) and course helpers of the
-    # course being graded, whatever is installed in site-packages.
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [course_root, *filter(None, [os.environ.get("PYTHONPATH")])])
-
-    work = Path(tempfile.mkdtemp(prefix=f"tfs-worker-{os.getpid()}-", dir=Path(template).parent))
-    # nbgrader's SQLAlchemy warnings and the kernels' start-up chatter go to a log file, not
-    # the instructor's terminal; every result carries its own messages.
+        [str(course_root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    work = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=base))
     warnings.filterwarnings("ignore")
-    log = os.open(work / "worker.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 2)
-    shutil.copytree(Path(template) / "source", work / "source")
-    shutil.copy2(Path(template) / "gradebook.db", work / "gradebook.db")
-    _WORKER["root"] = work
+    shutil.copytree(template / "source", work / "source")
+    shutil.copy2(template / "gradebook.db", work / "gradebook.db")
+    if (template / "release").is_dir():
+        shutil.copytree(template / "release", work / "release")
+    (work / "jupyter" / "kernels").mkdir(parents=True)
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [str(work / "jupyter"), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+    _WORKER.update(root=work, template=template, course_root=course_root, base=base,
+                   sandbox=sandbox)
+    return work
 
 
-def grade_one(job: tuple[str, str, str | None]) -> dict:
-    """Autograde one (student, day, notebook path) in this worker's course folder."""
+def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
+                 ) -> tuple[str, list[str]]:
+    """The status of a notebook that nbgrader executed, and the reasons behind it."""
+    mem_words = ("can't allocate memory", "cannot allocate memory", "not enough memory",
+                 "out of memory", "std::bad_alloc", "memoryerror")
+    mem = []
+    for cell in graded.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and out.get("ename") != "NotExecuted":
+                text = f"{out.get('ename', '')}: {out.get('evalue', '')}"
+                if any(w in text.lower() for w in mem_words):
+                    mem.append(text[:200])
+    notes = []
+    if events.get("tamper"):
+        return "tampered", list(events["tamper"])
+    if events.get("kernel_died"):
+        if any(w in kernel_log.lower() for w in mem_words):
+            return "memory-limit", ["the kernel died when it ran out of memory"]
+        return "kernel-died", ["the kernel died (os._exit, a crash, or the CPU-time limit); "
+                               "cells after it were not run"]
+    if events.get("timeout"):
+        return "timeout", ["a cell ran past its time limit and was interrupted"]
+    if mem:
+        return "memory-limit", [f"hit the memory limit: {mem[0]}"]
+    if any("File too large" in str(out.get("evalue", "")) for cell in graded.cells
+           for out in cell.get("outputs", [])):
+        notes.append("hit the file-size limit (a file write was stopped)")
+    if events.get("output_truncated"):
+        notes.append("output truncated: the notebook printed more than the limit")
+    return "graded", notes
+
+
+def grade_one(job: dict) -> dict:
+    """Autograde one submission in this worker's course folder; returns a Result as JSON plus
+    ``_notebook`` (the autograded notebook's text) when nbgrader produced one."""
+    import time
+
+    from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde
 
-    student, day, nb_path = job
-    root = _WORKER["root"]
+    from autograder import execute, sandbox
+
+    t0 = time.monotonic()
+    student, day, nb_path = job["student"], job["day"], job["path"]
+    settings = job["settings"]
+    root: Path = _WORKER["root"]
     source_nb = nbformat.read(str(root / "source" / day / notebook_name(day)), as_version=4)
     total = sum(p for _, p in graded_cells(source_nb))
+    sandboxed = bool(settings.get("sandbox"))
+
+    def done(status, score=0.0, tests=(), detail="", flags=(), notebook=None):
+        data = Result(student, day, status, score, total, list(tests), detail,
+                      job.get("key", ""), round(time.monotonic() - t0, 2), sandboxed,
+                      list(flags)).to_json()
+        if notebook is not None:
+            data["_notebook"] = notebook
+        return data
+
     if nb_path is None:
-        return Result(student, day, "missing", 0.0, total,
-                      detail=f"no {notebook_name(day)} submitted").to_json()
+        return done("missing", detail=f"no {notebook_name(day)} submitted")
     try:
-        submitted = nbformat.read(nb_path, as_version=4)
+        raw = Path(nb_path).read_bytes()
+        if len(raw) > settings.get("max_notebook_bytes", 50 * 1024 * 1024):
+            raise ValueError(f"the file is {len(raw) / 1e6:.0f} MB; the limit is "
+                             f"{settings.get('max_notebook_bytes', 0) / 1e6:.0f} MB")
+        submitted = nbformat.reads(raw.decode("utf-8"), as_version=4)
         nbformat.validate(submitted)
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets a status, not a crash
-        return Result(student, day, "unreadable", 0.0, total,
-                      detail=f"{Path(nb_path).name} is not a valid notebook: "
-                             f"{type(exc).__name__}: {str(exc)[:300]}").to_json()
+        return done("unreadable", detail=f"{Path(nb_path).name} is not a valid notebook: "
+                                         f"{type(exc).__name__}: {str(exc)[:300]}")
+    # a notebook of another day in this day's folder
+    own = {g for g, _ in graded_cells(source_nb)}
+    ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in submitted.cells}
+    ids.discard(None)
+    if ids and not ids & own:
+        other = sorted({i.split("_")[0] for i in ids if i.startswith("day")})
+        owner = ", ".join(other) or "another notebook"
+        return done("missing", detail=f"{Path(nb_path).name} in {day}/ is not the {day} "
+                                      f"notebook (its cells belong to {owner}); "
+                                      "nothing was graded for this day")
+    release = None
+    rel_path = root / "release" / day / notebook_name(day)
+    if rel_path.is_file():
+        release = nbformat.read(str(rel_path), as_version=4)
+    static = scan_for_tampering(submitted, release) if settings.get("tamper", True) else []
+
     sub_dir = root / "submitted" / student / day
+    out_dir = root / "autograded" / student / day
     shutil.rmtree(sub_dir, ignore_errors=True)
+    shutil.rmtree(out_dir, ignore_errors=True)  # nbgrader skips an existing one
     sub_dir.mkdir(parents=True)
     nbformat.write(submitted, str(sub_dir / notebook_name(day)))
-    config = load_config(root, root / "gradebook.db")
-    out_nb = root / "autograded" / student / day / notebook_name(day)
-    shutil.rmtree(out_nb.parent, ignore_errors=True)
-    try:
-        from nbgrader.api import Gradebook
+    private = root / "private"
+    kenv = sandbox.prepare_private(private)
+    kenv["TFS_DAY"] = day
+    kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
+    kenv["NBGRADER_EXECUTION"] = "autograde"
+    hide = [str(_WORKER["course_root"]), str(_WORKER["base"]), str(Path.home()),
+            *settings.get("hide", [])]
+    ro = [str(Path(_WORKER["course_root"]) / "course"), sys.prefix, sys.base_prefix,
+          str(Path(os.path.realpath(sys.executable)).parent.parent), *settings.get("ro", [])]
+    for var in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR"):
+        if os.environ.get(var):
+            ro.append(os.environ[var])
+            kenv[var] = os.environ[var]
+    if "COURSE_CACHE_DIR" not in kenv:
+        try:
+            from course.data import cache_dir
 
+            kenv["COURSE_CACHE_DIR"] = str(cache_dir())
+            ro.append(str(cache_dir()))
+        except Exception:  # noqa: BLE001 - no data layer: nothing to bind
+            pass
+    bundle = None
+    if sandboxed:
+        bundle = str(_WORKER["template"] / "hidden.json")
+        # the kernel imports the course package from its (bound) folder, and the grading
+        # library only from the bundle; PYTHONPATH pointing at the hidden root is harmless
+    spec = sandbox.Spec(sandbox=sandboxed, limits=settings["limits"], private=str(private),
+                        workdir=str(out_dir), hide=hide, ro_bind=ro, bundle=bundle, env=kenv,
+                        cgroup_parent=settings.get("cgroup_parent"))
+    spec_path = root / "jupyter" / "spec.json"
+    spec_path.write_text(json.dumps(spec.__dict__))
+    sandbox.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path,
+                             sys.executable)
+    os.environ["JUPYTER_RUNTIME_DIR"] = kenv["JUPYTER_RUNTIME_DIR"]
+
+    config = load_config(root, root / "gradebook.db")
+    lim = settings["limits"]
+    config.Autograde.autograde_preprocessors = [
+        execute.GuardedExecute if p.__name__ == "Execute" else p
+        for p in Autograde.class_traits()["autograde_preprocessors"].default()]
+    config.GuardedExecute.timeout = lim["cell_timeout"]
+    config.GuardedExecute.notebook_timeout = lim["notebook_timeout"]
+    config.GuardedExecute.max_output = lim["output"]
+    config.GuardedExecute.use_guard = 1 if settings.get("tamper", True) else 0
+    config.GuardedExecute.kernel_name = "tfs-graded"
+    config.GuardedExecute.startup_timeout = 120
+    config.GuardedExecute.interrupt_on_timeout = True
+    config.GuardedExecute.raise_on_iopub_timeout = False
+    config.GuardedExecute.iopub_timeout = 15
+    config.KernelManager.transport = "ipc"
+    execute.reset_events()
+    try:
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers-from-scratch") as gb:
             gb.update_or_create_student(student)
         _run_converter(Autograde, config, day, student)
     except Exception as exc:  # noqa: BLE001
-        return Result(student, day, "error", 0.0, total,
-                      detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:500]}"
-                      ).to_json()
+        log = _tail(private / "kernel.log")
+        return done("environment-error",
+                    detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:400]}"
+                           + (f"; kernel log: {log}" if log else ""))
+    finally:
+        if settings.get("cgroup_parent"):
+            sandbox.cleanup_cgroups(settings["cgroup_parent"])
+    out_nb = out_dir / notebook_name(day)
     if not out_nb.is_file():
-        return Result(student, day, "error", 0.0, total,
-                      detail="nbgrader produced no autograded notebook").to_json()
+        return done("environment-error", detail="nbgrader produced no autograded notebook; "
+                    "kernel log: " + _tail(private / "kernel.log"))
     graded = nbformat.read(str(out_nb), as_version=4)
     tests = score_notebook(source_nb, graded)
     score = sum(t.points for t in tests)
-    return Result(student, day, "graded", score, total, tests).to_json()
+    events = dict(execute.EVENTS)
+    events["tamper"] = static + list(events.get("tamper", []))
+    status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
+    detail = "; ".join(flags[:5])
+    if settings.get("tamper", True) and not events.get("guard") and any(
+            True for _ in graded_cells(source_nb)) and status == "graded" and sandboxed:
+        flags.append("the grading guard never ran")
+    shutil.rmtree(private, ignore_errors=True)
+    return done(status, score, tests, detail, flags, out_nb.read_text(encoding="utf-8"))
+
+
+def _tail(path: Path, n: int = 600) -> str:
+    try:
+        data = path.read_bytes()[-n:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
+
+
+# --------------------------------------------------------------------------- worker pool
+
+
+def _worker_main(conn, template: str, course_root: str, base: str, sandbox: bool) -> None:
+    """A grading process: set up once, then grade jobs sent over ``conn`` until None."""
+    log = os.open(Path(base) / f"worker-{os.getpid()}.log",
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.dup2(log, 1)
+    try:
+        _worker_setup(Path(template), Path(course_root), Path(base), sandbox)
+    except Exception as exc:  # noqa: BLE001
+        conn.send({"_setup_error": f"{type(exc).__name__}: {exc}"})
+        return
+    conn.send({"_ready": os.getpid()})
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        try:
+            data = grade_one(job)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the batch
+            import traceback
+
+            data = Result(job["student"], job["day"], "environment-error", 0.0,
+                          job.get("total", 0.0),
+                          detail=f"grading crashed: {type(exc).__name__}: {exc}; "
+                                 + traceback.format_exc()[-600:],
+                          key=job.get("key", "")).to_json()
+        conn.send(data)
+
+
+class _Pool:
+    """Worker processes with a hard deadline per job; a dead or stuck worker is replaced and
+    its submission gets a status instead of aborting the batch."""
+
+    def __init__(self, n: int, template: Path, course_root: Path, base: Path, sandbox: bool,
+                 hard_timeout: float):
+        import multiprocessing
+
+        self.ctx = multiprocessing.get_context("spawn")
+        self.args = (str(template), str(course_root), str(base), sandbox)
+        self.hard_timeout = hard_timeout
+        self.failed_starts = 0
+        self.workers: list[dict] = [self._spawn() for _ in range(n)]
+
+    def _spawn(self) -> dict:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker_main, args=(child, *self.args), daemon=True)
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "job": None, "since": 0.0, "ready": False}
+
+    def _kill(self, w: dict) -> None:
+        import signal
+
+        try:
+            os.kill(w["proc"].pid, signal.SIGKILL)
+        except OSError:
+            pass
+        w["proc"].join(5)
+        w["conn"].close()
+
+    def run(self, jobs: list[dict]) -> Iterator[dict]:
+        import time
+        from multiprocessing.connection import wait
+
+        todo = list(jobs)
+        retries: dict[int, int] = {}
+        pending = len(todo)
+        while pending:
+            for w in self.workers:
+                if w["ready"] and w["job"] is None and todo:
+                    w["job"] = todo.pop(0)
+                    w["since"] = time.monotonic()
+                    w["conn"].send(w["job"])
+            waitables = {}
+            for w in self.workers:
+                waitables[w["conn"]] = w
+                waitables[w["proc"].sentinel] = w
+            ready = wait(list(waitables), timeout=2.0)
+            now = time.monotonic()
+            for i, w in enumerate(list(self.workers)):
+                msg = None
+                dead = False
+                if w["conn"] in ready:
+                    try:
+                        msg = w["conn"].recv()
+                    except (EOFError, OSError):
+                        dead = True
+                elif w["proc"].sentinel in ready:
+                    dead = True
+                if msg is not None:
+                    if "_ready" in msg:
+                        w["ready"] = True
+                        continue
+                    if "_setup_error" in msg:
+                        raise PipelineError("a grading worker could not start: "
+                                            + msg["_setup_error"])
+                    w["job"] = None
+                    pending -= 1
+                    yield msg
+                    continue
+                job = w["job"]
+                stuck = job is not None and now - w["since"] > self.hard_timeout
+                if dead or stuck:
+                    if not w["ready"]:
+                        self.failed_starts += 1
+                        if self.failed_starts > 2 * len(self.workers) + 2:
+                            raise PipelineError(
+                                "grading workers keep dying while they start (exit code "
+                                f"{w['proc'].exitcode}); see the worker logs in {self.args[2]}")
+                    self._kill(w)
+                    self.workers[i] = self._spawn()
+                    if job is None:
+                        continue
+                    jid = id(job)
+                    if dead and retries.get(jid, 0) < 1:
+                        retries[jid] = retries.get(jid, 0) + 1
+                        todo.insert(0, job)
+                        continue
+                    pending -= 1
+                    status = "timeout" if stuck else "environment-error"
+                    why = (f"grading took longer than {self.hard_timeout:.0f} s; the worker "
+                           "was stopped" if stuck else
+                           f"the grading process died (exit code {w['proc'].exitcode}) twice")
+                    yield Result(job["student"], job["day"], status, 0.0,
+                                 job.get("total", 0.0), detail=why,
+                                 key=job.get("key", "")).to_json()
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                w["conn"].send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for w in self.workers:
+            w["proc"].join(10)
+            if w["proc"].is_alive():
+                self._kill(w)
+
+
+# --------------------------------------------------------------------------- batch
+
+
+def sandbox_mode(sandbox: bool | str) -> bool:
+    """Resolve ``sandbox`` (True: required, False: off, "auto": when bubblewrap works).
+
+    Raises:
+        PipelineError: the sandbox is required and bubblewrap cannot run here.
+    """
+    from autograder import sandbox as sb
+
+    if sandbox == "auto":
+        return sb.available()[0]
+    if sandbox:
+        ok, why = sb.available()
+        if not ok:
+            raise PipelineError(
+                f"refusing to run submissions without a sandbox: {why}. Student code could "
+                "read the hidden tests and the gradebook, change other students' work, or "
+                "use the network. Install bubblewrap, or pass --no-sandbox to grade trusted "
+                "notebooks without one.")
+        return True
+    return False
+
+
+def prepare_template(root: Path, days: list[str], template: Path) -> None:
+    """A course folder holding only what grading needs: source/, release/, the gradebook with
+    the days' test cells, and the bundle of hidden grading modules."""
+    from autograder import sandbox as sb
+
+    shutil.copytree(root / "source", template / "source",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    generate(template, days, template / "gradebook.db", solutions=False)
+    sb.hidden_bundle(root, template / "hidden.json")
+
+
+def _settings(sandboxed: bool, limits, tamper: bool) -> dict:
+    from autograder.sandbox import Limits
+
+    lim = limits if limits is not None else Limits()
+    return {"sandbox": sandboxed, "limits": lim.to_json(), "tamper": tamper}
 
 
 def grade(
@@ -403,38 +835,107 @@ def grade(
     jobs: int | None = None,
     results_dir: Path | None = None,
     work: list[tuple[str, str, Path | None]] | None = None,
+    *,
+    sandbox: bool | str = "auto",
+    limits=None,
+    tamper: bool = True,
+    resume: bool = True,
+    dask_scheduler: str | None = None,
+    progress=None,
 ) -> list[Result]:
     """Autograde every (student, day) under ``submissions``; never abort on one bad notebook.
 
     ``work`` replaces the discovery of ``submissions`` with an explicit list of
     (student, day, notebook) jobs. Each result is written atomically to
-    ``results_dir/<student>/<day>.json`` as soon as it is produced.
-    """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    ``results_dir/<student>/<day>.json`` (and the autograded notebook next to it as
+    ``<day>.ipynb``) as soon as it is produced. With ``resume``, a result already there whose
+    key (hash of the submitted notebook and the course's grading material) matches is reused.
 
+    ``sandbox``: True requires bubblewrap (PipelineError otherwise), False runs kernels
+    directly, "auto" uses bubblewrap when it works. ``limits``: a ``sandbox.Limits``.
+    ``dask_scheduler``: send each submission to that Dask cluster instead of local workers.
+    ``progress``: called with each Result as it arrives.
+    """
     days = resolve_days(root, days)
     if work is None:
+        if submissions.suffix == ".zip" and submissions.is_file():
+            from autograder.collect import unzip_submissions
+
+            tmp_subs = Path(tempfile.mkdtemp(prefix="tfs-unzip-"))
+            submissions = unzip_submissions(submissions, tmp_subs, days)
         work = discover(submissions, days, students)
     days = sorted({d for _, d, _ in work})
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="tfs-grade-") as tmp:
-        template = Path(tmp) / "template"
-        shutil.copytree(root / "source", template / "source",
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        generate(template, days, template / "gradebook.db", solutions=False)
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=ctx,
-                                 initializer=_worker_init,
-                                 initargs=(str(template), str(root))) as pool:
-            payload = [(s, d, str(p) if p else None) for s, d, p in work]
-            for data in pool.map(grade_one, payload):
-                result = Result.from_json(data)
-                if results_dir is not None:
-                    _atomic_write_json(results_dir / result.student / f"{result.day}.json", data)
-                results.append(result)
-    return results
+    sandboxed = sandbox_mode(sandbox)
+    settings = _settings(sandboxed, limits, tamper)
+    hide = [str(Path(submissions).resolve())] if submissions else []
+    if results_dir is not None:
+        hide.append(str(Path(results_dir).resolve()))
+    hide += sorted({str(Path(p).resolve().parent.parent.parent) for _, _, p in work if p})
+    fingerprints = {d: course_fingerprint(root, d, settings) for d in days}
+    settings["hide"] = sorted(set(hide))
+    totals = {d: max_score(root, d) for d in days}
+
+    results: dict[tuple[str, str], Result] = {}
+    todo: list[dict] = []
+    for student, day, path in work:
+        key = submission_key(path, fingerprints[day])
+        if resume and results_dir is not None:
+            old = results_dir / student / f"{day}.json"
+            if old.is_file():
+                try:
+                    prev = Result.from_json(json.loads(old.read_text(encoding="utf-8")))
+                except (ValueError, TypeError, KeyError):
+                    prev = None
+                if prev and prev.key == key and prev.status != "environment-error":
+                    results[(student, day)] = prev
+                    if progress:
+                        progress(prev)
+                    continue
+        todo.append({"student": student, "day": day, "path": str(path) if path else None,
+                     "key": key, "total": totals[day], "settings": settings})
+
+    def record(data: dict) -> Result:
+        notebook = data.pop("_notebook", None)
+        result = Result.from_json(data)
+        if results_dir is not None:
+            if notebook is not None:
+                _atomic_write_text(results_dir / result.student / f"{result.day}.ipynb",
+                                   notebook)
+            _atomic_write_json(results_dir / result.student / f"{result.day}.json",
+                               result.to_json())
+        results[(result.student, result.day)] = result
+        if progress:
+            progress(result)
+        return result
+
+    # cheap statuses need no worker
+    quick = [j for j in todo if j["path"] is None]
+    todo = [j for j in todo if j["path"] is not None]
+    for j in quick:
+        record(Result(j["student"], j["day"], "missing", 0.0, j["total"],
+                      detail=f"no {notebook_name(j['day'])} submitted", key=j["key"],
+                      sandboxed=sandboxed).to_json())
+    if todo:
+        lim = settings["limits"]
+        with tempfile.TemporaryDirectory(prefix="tfs-grade-") as tmp:
+            template = Path(tmp) / "template"
+            prepare_template(root, days, template)
+            if dask_scheduler:
+                from autograder.distributed import grade_on_cluster
+
+                for data in grade_on_cluster(dask_scheduler, template, todo):
+                    record(data)
+            else:
+                n = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+                pool = _Pool(n, template, root, Path(tmp), sandboxed,
+                             hard_timeout=lim["notebook_timeout"] + 240)
+                try:
+                    for data in pool.run(todo):
+                        record(data)
+                finally:
+                    pool.close()
+    order = {(s, d): i for i, (s, d, _) in enumerate(work)}
+    return sorted(results.values(), key=lambda r: order.get((r.student, r.day), 0))
 
 
 def write_csv(results: list[Result], days: list[str], path: Path) -> None:

@@ -1,0 +1,205 @@
+"""nbgrader's Execute preprocessor with the guards a cohort needs.
+
+- a budget for the whole notebook (each cell also has its own timeout): a hanging submission
+  costs at most ``notebook_timeout`` seconds, then the remaining cells are skipped;
+- a dead kernel (``os._exit``, a crash, the memory limit) stops execution cleanly instead of
+  losing the notebook, so the tests that already ran keep their points;
+- outputs are capped while they stream: past ``max_output`` bytes, further output is dropped
+  and the kernel is interrupted;
+- before each hidden test cell, the kernel's grading guard (installed by the start-up script,
+  see ``autograder.sandbox.STARTUP``) undoes known cheats and reports them.
+
+What happened is recorded in ``EVENTS`` (one notebook per process at a time).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import tempfile
+import uuid
+from time import monotonic
+
+from jupyter_client.manager import AsyncKernelManager
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import CaselessStrEnum, Integer, default
+
+EVENTS: dict = {}
+
+
+class GradingKernelManager(AsyncKernelManager):
+    """Kernels talk over IPC sockets in ``$JUPYTER_RUNTIME_DIR`` (the kernel's private folder,
+    bound into its sandbox): TCP cannot cross the sandbox's empty network namespace."""
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    @default("connection_file")
+    def _connection_file_default(self) -> str:
+        runtime = os.environ.get("JUPYTER_RUNTIME_DIR") or tempfile.mkdtemp()
+        return os.path.join(runtime, f"kernel-{uuid.uuid4().hex[:8]}.json")
+
+    @default("ip")
+    def _ip_default(self) -> str:
+        if self.transport == "ipc":
+            return os.path.splitext(self.connection_file)[0] + "-ipc"
+        return super()._ip_default()
+
+
+def reset_events() -> None:
+    EVENTS.clear()
+    EVENTS.update(timeout=False, kernel_died=False, output_truncated=False, tamper=[],
+                  guard=False, skipped=0)
+
+
+reset_events()
+
+
+def _size(out: NotebookNode) -> int:
+    if out.get("output_type") == "stream":
+        return len(out.get("text", ""))
+    n = 0
+    for v in (out.get("data") or {}).values():
+        n += len(v) if isinstance(v, str) else len(str(v))
+    for v in out.get("traceback") or []:
+        n += len(v)
+    return n
+
+
+def _is_test_cell(cell: NotebookNode) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+class GuardedExecute(Execute):
+    notebook_timeout = Integer(600, help="seconds for the whole notebook").tag(config=True)
+    max_output = Integer(2 * 1024 * 1024, help="bytes of output per notebook").tag(config=True)
+    use_guard = Integer(1, help="run the grading guard before test cells").tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("kernel_manager_class", GradingKernelManager)
+        super().__init__(*args, **kwargs)
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._deadline = monotonic() + self.notebook_timeout
+        self._stopped = ""
+        self._out_bytes = 0
+        self._interrupted_for_output = False
+        return super().preprocess(nb, resources, km)
+
+    # -- time budget -----------------------------------------------------------------
+    def _get_timeout(self, cell):
+        t = super()._get_timeout(cell)
+        left = max(1, int(self._deadline - monotonic()))
+        return left if t is None else min(t, left)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        EVENTS["timeout"] = True
+        return await super()._async_handle_timeout(timeout, cell)
+
+    # -- cells -----------------------------------------------------------------------
+    def _stop_output(self, cell: NotebookNode, why: str) -> NotebookNode:
+        cell.outputs = [NotebookNode(output_type="error", ename="NotExecuted",
+                                     evalue=why, traceback=[f"NotExecuted: {why}"])]
+        EVENTS["skipped"] += 1
+        return cell
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None,
+                                 store_history=True):
+        if cell.cell_type != "code" or not cell.source.strip():
+            return await super().async_execute_cell(cell, cell_index, execution_count,
+                                                    store_history)
+        if self._stopped:
+            return self._stop_output(cell, self._stopped)
+        if monotonic() >= self._deadline:
+            EVENTS["timeout"] = True
+            self._stopped = (f"the notebook ran out of its {self.notebook_timeout} s "
+                             "time budget before this cell")
+            return self._stop_output(cell, self._stopped)
+        try:
+            if self.use_guard and _is_test_cell(cell):
+                await self._run_guard()
+            return await super().async_execute_cell(cell, cell_index, execution_count,
+                                                    store_history)
+        except CellTimeoutError as exc:
+            EVENTS["timeout"] = True
+            cell.outputs = list(cell.get("outputs", [])) + [NotebookNode(
+                output_type="error", ename="CellTimeoutError", evalue=str(exc)[:300],
+                traceback=[f"CellTimeoutError: {str(exc)[:300]}"])]
+            return cell
+        except DeadKernelError:
+            EVENTS["kernel_died"] = True
+            self._stopped = "the kernel died earlier in the notebook"
+            cell.outputs = list(cell.get("outputs", [])) + [NotebookNode(
+                output_type="error", ename="DeadKernelError",
+                evalue="the kernel died while running this cell (os._exit, a crash, or a "
+                       "resource limit)",
+                traceback=["DeadKernelError: the kernel died while running this cell"])]
+            return cell
+
+    execute_cell = run_sync(async_execute_cell)
+
+    async def _run_guard(self) -> None:
+        from autograder.sandbox import GUARD_EXPR
+
+        assert self.kc is not None
+        msg_id = self.kc.execute("", silent=True, store_history=False,
+                                 user_expressions={"g": GUARD_EXPR})
+        if asyncio.iscoroutine(msg_id):
+            msg_id = await msg_id
+        deadline = monotonic() + 30
+        while monotonic() < deadline:
+            try:
+                msg = await self.kc.shell_channel.get_msg(timeout=max(0.1, deadline -
+                                                                       monotonic()))
+            except Exception:  # noqa: BLE001 - Empty; checked below
+                await self._async_check_alive()
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            res = msg["content"].get("user_expressions", {}).get("g", {})
+            if res.get("status") != "ok":
+                EVENTS["tamper"].append("the grading guard was removed or broken: "
+                                        + str(res.get("ename", "")))
+                return
+            EVENTS["guard"] = True
+            try:
+                found = ast.literal_eval(res["data"]["text/plain"])
+            except (ValueError, SyntaxError, KeyError):
+                found = ["the grading guard returned something unexpected"]
+            for f in found:
+                if f not in EVENTS["tamper"]:
+                    EVENTS["tamper"].append(f)
+            return
+        EVENTS["tamper"].append("the grading guard did not answer")
+
+    # -- outputs ---------------------------------------------------------------------
+    def output(self, outs, msg, display_id, cell_index):
+        is_error = msg.get("msg_type") == "error"
+        if self._out_bytes > self.max_output and not is_error:
+            return None  # errors always come through: a flood must not hide a failing test
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is None or is_error:
+            return out
+        self._out_bytes += _size(out)
+        if self._out_bytes > self.max_output:
+            EVENTS["output_truncated"] = True
+            # drop what crossed the line, say so once, and stop the cell that floods
+            if outs and outs[-1] is out:
+                outs.pop()
+            outs.append(NotebookNode(
+                output_type="stream", name="stdout",
+                text=f"\n[output truncated: the notebook printed more than "
+                     f"{self.max_output // 1024} KiB]\n"))
+            if not self._interrupted_for_output and self.km is not None:
+                self._interrupted_for_output = True
+                try:
+                    res = self.km.interrupt_kernel()
+                    if asyncio.iscoroutine(res):
+                        asyncio.ensure_future(res)
+                except Exception:  # noqa: BLE001
+                    pass
+        return out
