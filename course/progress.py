@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["FILENAME", "find_progress_file", "format_progress", "load", "progress_path",
-           "record", "selfcheck", "show_progress"]
+           "record", "selfcheck", "selfcheck_button", "show_progress"]
 
 FILENAME = ".course_progress.json"
 VERSION = 1
@@ -288,3 +288,33 @@ def selfcheck(notebook: str | os.PathLike | int | None = None, timeout: float = 
         return 2
     finally:
         timer.cancel()
+
+
+def selfcheck_button(notebook: str | os.PathLike | int | None = None):
+    """A "Self-check" button for the top or bottom of a notebook; the report appears below it.
+
+    Returns the ipywidgets box (show it as the last line of a cell), or None while nbgrader
+    grades (there is nobody to click it then).
+    """
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return None
+    import ipywidgets as w
+
+    button = w.Button(description="Self-check", icon="check", button_style="info",
+                      tooltip="grade the saved notebook with the hidden tests "
+                              "(about half a minute; save first)")
+    out = w.Output()
+
+    def run(_) -> None:
+        button.disabled = True
+        button.description = "grading..."
+        out.clear_output()
+        try:
+            with out:
+                selfcheck(notebook)
+        finally:
+            button.disabled = False
+            button.description = "Self-check"
+
+    button.on_click(run)
+    return w.VBox([button, out])

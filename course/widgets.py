@@ -28,13 +28,14 @@ This module holds no exercise answers: it only calls the functions and modules i
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
 import math
 import os
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import matplotlib
@@ -245,6 +246,35 @@ class Explorer:
         return f"<{self.name} ({mode}): {vals}>"
 
 
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """Run in eval mode (no dropout), then give the learner their module back as it was."""
+    if not isinstance(model, nn.Module):
+        yield
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    """``tokenizer.encode(text)``, skipping characters it does not know (a typed prompt may
+    hold some) instead of failing."""
+    try:
+        return list(tokenizer.encode(text))
+    except (ValueError, KeyError):
+        ids: list[int] = []
+        for ch in text:
+            try:
+                ids.extend(tokenizer.encode(ch))
+            except (ValueError, KeyError):
+                continue
+        return ids
+
+
 def _caption(*parts: str) -> str:
     return "<div class='course-explorer-caption' style='font-size: 0.9em'>" + \
         "".join(parts) + "</div>"
@@ -354,7 +384,7 @@ def capture_attention(model: Callable, *args, **kwargs
         hooks.append(module.register_forward_hook(hook(name)))
     recorder = _AttentionRecorder()
     try:
-        with torch.enable_grad(), recorder:
+        with _eval_mode(model), torch.enable_grad(), recorder:
             output = model(*args, **kwargs)
     finally:
         for h in hooks:
@@ -431,8 +461,6 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
     Returns:
         The :class:`Explorer` (values: ``text`` or ``example``, ``layer``, ``head``).
     """
-    if isinstance(model, nn.Module):
-        model.eval()
     is_text = isinstance(inputs, str)
     n_examples = 1 if is_text else int(inputs.shape[0])
 
@@ -440,7 +468,7 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
         if is_text:
             text = values["text"]
             if tokenizer is not None:
-                ids = list(tokenizer.encode(text))
+                ids = _encode(tokenizer, text) or [0]
                 toks = [_fmt_token(tokenizer.decode([i])) for i in ids]
                 x = torch.tensor([ids], dtype=torch.long)
                 if embed is not None:
@@ -676,8 +704,7 @@ def _pe_matrix(pe: Any, max_len: int, d_model: int | None) -> torch.Tensor:
             m = buf
         else:
             width = d_model or _infer_d_model(pe)
-            pe.eval()
-            with torch.no_grad():
+            with _eval_mode(pe), torch.no_grad():
                 m = pe(torch.zeros(1, max_len, width))
     elif callable(pe):
         with torch.no_grad():
@@ -817,7 +844,6 @@ def sampling_explorer(model: nn.Module, tokenizer: Any, generate: Callable[..., 
         The :class:`Explorer` (values: ``temperature``, ``top_k``, ``top_p``, ``seed``,
         ``prompt``).
     """
-    model.eval()
     n_ctx = int(getattr(model, "n_ctx", 10**9))
     device = next(model.parameters()).device if isinstance(model, nn.Module) and \
         any(True for _ in model.parameters()) else torch.device("cpu")
@@ -825,9 +851,9 @@ def sampling_explorer(model: nn.Module, tokenizer: Any, generate: Callable[..., 
 
     def next_logits(prompt_text: str) -> torch.Tensor:
         if prompt_text not in cache:
-            ids = list(tokenizer.encode(prompt_text)) or [0]
+            ids = _encode(tokenizer, prompt_text) or [0]
             idx = torch.tensor([ids[-n_ctx:]], dtype=torch.long, device=device)
-            with torch.no_grad():
+            with _eval_mode(model), torch.no_grad():
                 cache.clear()
                 cache[prompt_text] = model(idx)[0, -1].float().cpu()        # (V,)
         return cache[prompt_text]
@@ -864,9 +890,9 @@ def sampling_explorer(model: nn.Module, tokenizer: Any, generate: Callable[..., 
         desc = ", ".join(f"{k}={v}" for k, v in kw.items())
         ax.set_title(f"Next token after {values['prompt'][-30:]!r}: {desc}", fontsize=10)
         ax.legend(fontsize=8, loc="upper right")
-        ids = list(tokenizer.encode(values["prompt"])) or [0]
+        ids = _encode(tokenizer, values["prompt"]) or [0]
         idx = torch.tensor([ids], dtype=torch.long, device=device)
-        with torch.no_grad():
+        with _eval_mode(model), torch.no_grad():
             sample = _call_generate(generate, model, idx, max_new_tokens, kw, int(values["seed"]))
         text = tokenizer.decode(sample[0].tolist())
         outside = max(0.0, float(freq.sum() - freq[order].sum()))

@@ -123,3 +123,11 @@ def test_learner_modules_import_no_grading_material():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_selfcheck_button_is_absent_while_grading_and_a_button_otherwise(monkeypatch):
+    """Is the Self-check button a real button for learners, and nothing under nbgrader?"""
+    box = P.selfcheck_button("x.ipynb")
+    assert box.children[0].description == "Self-check"
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert P.selfcheck_button() is None

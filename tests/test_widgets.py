@@ -258,3 +258,29 @@ def test_frontend_detection(monkeypatch):
     monkeypatch.setenv("CI", "true")
     monkeypatch.setenv("COURSE_WIDGETS", "")
     assert not W.interactive_frontend()
+
+
+def test_explorers_give_the_module_back_in_its_mode():
+    """Does looking inside a model in training mode leave it in training mode?"""
+    model = StoresWeights().train()
+    W.attention_explorer(model, "a b c", interactive=False)
+    assert model.training
+
+
+def test_unknown_characters_in_a_typed_prompt_are_skipped():
+    """Does a prompt with characters outside the vocabulary still sample (no crash)?"""
+    from course.textgen import ReferenceTinyGPT
+
+    class Strict(CharTokenizer):
+        def encode(self, text):
+            bad = sorted(set(text) - set(self.index))
+            if bad:
+                raise ValueError(f"characters not in the vocabulary: {bad}")
+            return super().encode(text)
+
+    tok = Strict("abc ")
+    model = ReferenceTinyGPT(4, d_model=16, num_heads=2, num_layers=1, n_ctx=16)
+    e = W.sampling_explorer(model, tok, generate, prompt="abc", max_new_tokens=5,
+                            interactive=False)
+    e.update(prompt="abz!c")
+    assert e.caption.count("<pre") == 1
