@@ -3,7 +3,10 @@
 Commands:
     build        generate release/ (student notebooks) and solutions/ (answer keys) from source/
     check-sync   regenerate into a temporary folder and diff with the committed release/, solutions/
-    grade DIR    autograde DIR/<student_id>/<dayNN_slug>/*.ipynb, print a table, write a CSV
+    grade DIR    autograde DIR/<student_id>/<dayNN_slug>/*.ipynb (or a zip) in a sandbox,
+                 print a table, write a CSV; re-running grades only what changed
+    feedback     HTML feedback per student and day (after grade)
+    report       class report: score distributions, pass rates, frequent diagnoses
     verify       prove the hidden tests: reference 100%, blank 0, every mutant caught
     demo         grade the reference solutions and the blank release notebooks of every day
     author F NB  turn a plain-text notebook (see autograder/authoring.py) into a source notebook
@@ -57,16 +60,72 @@ def _print_results(results: list[pipeline.Result], days: list[str], csv: Path | 
         print(f"\ngrades written to {csv}")
 
 
+def _limits(args: argparse.Namespace):
+    from autograder.sandbox import GiB, Limits, MiB
+
+    lim = Limits()
+    if getattr(args, "memory_limit", None):
+        lim.memory = int(args.memory_limit * GiB)
+    if getattr(args, "timeout", None):
+        lim.cell_timeout = args.timeout
+    if getattr(args, "notebook_timeout", None):
+        lim.notebook_timeout = args.notebook_timeout
+    if getattr(args, "output_limit", None):
+        lim.output = int(args.output_limit * MiB)
+    if getattr(args, "file_limit", None):
+        lim.file_size = int(args.file_limit * MiB)
+    return lim
+
+
+def _progress_printer(total: int):
+    count = {"n": 0}
+
+    def show(r: pipeline.Result) -> None:
+        count["n"] += 1
+        print(f"[{count['n']}/{total}] {r.student}/{r.day}: {r.status} "
+              f"{r.score:g}/{r.max_score:g}", flush=True)
+    return show
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     root = pipeline.find_root(args.root)
     days = pipeline.resolve_days(root, args.day)
     out = args.output or Path("grading")
     t0 = time.monotonic()
+    if args.no_sandbox:
+        print("warning: --no-sandbox: student code runs with your permissions, sees the hidden "
+              "tests and can reach the network; grade only notebooks you trust.",
+              file=sys.stderr)
     results = pipeline.grade(root, args.submissions, days=days, students=args.student,
-                             jobs=args.jobs, results_dir=out / "results")
+                             jobs=args.jobs, results_dir=out / "results",
+                             sandbox=not args.no_sandbox, limits=_limits(args),
+                             resume=not args.no_resume, dask_scheduler=args.dask_scheduler,
+                             progress=None if args.quiet else _progress_printer(0))
     graded_days = [d for d in days if any(r.day == d for r in results)]
     _print_results(results, graded_days, out / "grades.csv")
-    print(f"graded {len(results)} notebooks in {time.monotonic() - t0:.1f} s")
+    counts = {s: sum(r.status == s for r in results) for s in pipeline.STATUSES}
+    print("statuses: " + ", ".join(f"{s} {n}" for s, n in counts.items() if n))
+    print(f"graded {len(results)} notebooks in {time.monotonic() - t0:.1f} s; results in "
+          f"{out / 'results'} (re-running grades only what changed)")
+    return 0
+
+
+def _cmd_feedback(args: argparse.Namespace) -> int:
+    from autograder.feedback import write_feedback
+
+    out = args.output or Path("grading")
+    pages = write_feedback(out / "results", out / "feedback", students=args.student,
+                           days=args.day)
+    print(f"wrote {len(pages)} feedback pages under {out / 'feedback'}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from autograder.report import write_report
+
+    out = args.output or Path("grading")
+    page = write_report(out / "results", out / "report")
+    print(f"class report: {page}")
     return 0
 
 
@@ -74,7 +133,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from autograder.verify import verify
 
     root = pipeline.find_root(args.root)
-    report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant)
+    report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant,
+                    sandbox=False if getattr(args, "no_sandbox", False) else "auto")
     days = sorted({r.day for r in report.results})
     refs = [r for r in report.results if r.student in ("reference", "blank")]
     print(pipeline.format_table(refs, days))
@@ -106,7 +166,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 shutil.copy2(src, subs / student / day / src.name)
         t0 = time.monotonic()
         results = pipeline.grade(root, subs, days=days, jobs=args.jobs,
-                                 results_dir=out / "results")
+                                 results_dir=out / "results", resume=False,
+                                 sandbox=False if args.no_sandbox else "auto")
     print("Sample submissions: 'reference' = solutions/, 'blank' = untouched release/\n")
     _print_results(results, days, out / "grades.csv")
     print(f"graded {len(results)} notebooks in {time.monotonic() - t0:.1f} s "
@@ -145,13 +206,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="parallel workers (default: cores)")
     p.add_argument("--output", type=Path, default=None,
                    help="where grades.csv and results/ go (default: ./grading)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run kernels without bubblewrap (only for notebooks you trust)")
+    p.add_argument("--no-resume", action="store_true",
+                   help="re-grade everything, even unchanged submissions")
+    p.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
+                   help="send each submission to this Dask scheduler (tcp://host:8786)")
+    p.add_argument("--memory-limit", type=float, metavar="GiB", help="per kernel (default 4)")
+    p.add_argument("--timeout", type=int, metavar="S", help="per cell (default 180)")
+    p.add_argument("--notebook-timeout", type=int, metavar="S",
+                   help="per notebook (default 600)")
+    p.add_argument("--output-limit", type=float, metavar="MiB",
+                   help="output a notebook may print (default 2)")
+    p.add_argument("--file-limit", type=float, metavar="MiB",
+                   help="largest file a notebook may write (default 256)")
+    p.add_argument("--quiet", action="store_true", help="no line per graded notebook")
     p.set_defaults(func=_cmd_grade)
+
+    p = sub.add_parser("feedback", help="HTML feedback per student and day from grade results")
+    _add_common(p)
+    p.add_argument("--output", type=Path, default=None,
+                   help="the folder given to grade --output (default: ./grading)")
+    p.add_argument("--day", action="append")
+    p.add_argument("--student", action="append")
+    p.set_defaults(func=_cmd_feedback)
+
+    p = sub.add_parser("report", help="class report (HTML + PNG figures) from grade results")
+    _add_common(p)
+    p.add_argument("--output", type=Path, default=None,
+                   help="the folder given to grade --output (default: ./grading)")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("verify", help="reference 100%%, blank 0, every mutant caught")
     _add_common(p)
     p.add_argument("--day", action="append", help="only this day (repeatable)")
     p.add_argument("--mutant", action="append", help="only this mutant id (repeatable)")
     p.add_argument("--jobs", type=int, default=None)
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="grade without bubblewrap even where it is installed")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("demo", help="grade reference and blank notebooks of every day")
@@ -159,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--day", action="append")
     p.add_argument("--jobs", type=int, default=None)
     p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--no-sandbox", action="store_true")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("author", help="plain-text notebook -> nbgrader source notebook")

@@ -404,8 +404,8 @@ TAMPER_PATTERNS = [
     (r"\bautograder\b", "touches the grading library"),
     (r"sys\.modules\s*\[", "replaces imported modules"),
     (r"\b__builtins__\b|\bbuiltins\b", "patches Python builtins"),
-    (r"(?i)\b(all\s+)?tests?\s+passed\b|\bpoints?\s*[:=]\s*\d|\bscore\s*[:=]\s*\d"
-     r"|\bgrade_id\b|\bday\d\d_\w+\s*:\s*(pass|ok|\d)",
+    (r"(?i)\bprint\s*\(.*(\b(all\s+)?tests?\s+passed\b|\bpoints?\b|\bscore\b"
+     r"|\bgrade_id\b|\bday\d\d_\w+\s*:\s*(pass|ok|\d)|\bpassed\b)",
      "prints text that imitates a grading result"),
 ]
 

@@ -1,0 +1,163 @@
+"""``report``: the class report, an HTML page with PNG figures made with matplotlib.
+
+- score distribution per day (graded submissions, percent of the day's points);
+- pass rate per graded cell (share of graded submissions with full points on that test);
+- the most frequent diagnoses: the failure messages of each test, grouped after numbers are
+  blanked out, as a share of that day's graded submissions ("38% ... scale by sqrt(d_k)");
+- the count of each status per day.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from autograder.pipeline import STATUSES, Result, _atomic_write_text
+
+NUM = re.compile(r"-?\d+(\.\d+)?(e-?\d+)?")
+
+
+def load_results(results_dir: Path) -> list[Result]:
+    out = []
+    for p in sorted(Path(results_dir).glob("*/*.json")):
+        try:
+            out.append(Result.from_json(json.loads(p.read_text(encoding="utf-8"))))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return out
+
+
+def diagnosis_key(message: str) -> str:
+    """A failure message with its numbers blanked, the exception name dropped, cut short."""
+    msg = message.split(": ", 1)[1] if re.match(r"^\w+: ", message) else message
+    msg = NUM.sub("#", msg.strip().splitlines()[0] if msg.strip() else "")
+    return msg[:180]
+
+
+def summarize(results: list[Result]) -> dict:
+    days = sorted({r.day for r in results})
+    graded = [r for r in results if r.status in ("graded", "tampered", "timeout",
+                                                  "memory-limit", "kernel-died")]
+    scores = {d: [100 * r.score / r.max_score for r in graded if r.day == d and r.max_score]
+              for d in days}
+    cell_pass: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    diag: dict[str, Counter] = defaultdict(Counter)
+    n_day = Counter(r.day for r in graded)
+    for r in graded:
+        for t in r.tests:
+            ok = t.points >= t.max_points
+            cell_pass[(r.day, t.grade_id)].append(ok)
+            if not ok and t.message:
+                diag[r.day][(t.grade_id, diagnosis_key(t.message))] += 1
+    frequent = []
+    for d, counter in diag.items():
+        for (gid, text), n in counter.items():
+            frequent.append({"day": d, "grade_id": gid, "diagnosis": text, "count": n,
+                             "share": n / n_day[d]})
+    frequent.sort(key=lambda x: (-x["share"], -x["count"], x["day"]))
+    status = {d: Counter(r.status for r in results if r.day == d) for d in days}
+    return {"days": days, "scores": scores,
+            "pass_rate": {f"{d}/{g}": sum(v) / len(v) for (d, g), v in cell_pass.items()},
+            "frequent": frequent, "status": status, "n": len(results)}
+
+
+def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = []
+    days = summary["days"]
+    if days:
+        n = len(days)
+        cols = min(n, 3)
+        rows = (n + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+        cmap = plt.get_cmap("viridis")
+        for i, d in enumerate(days):
+            ax = axes[i // cols][i % cols]
+            ax.hist(summary["scores"][d], bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.01],
+                    color=cmap(0.35 + 0.5 * i / max(1, n - 1)), edgecolor="white")
+            ax.set_title(d, fontsize=9)
+            ax.set_xlabel("score (% of the day's points)")
+            ax.set_ylabel("submissions")
+        for j in range(n, rows * cols):
+            axes[j // cols][j % cols].axis("off")
+        fig.suptitle("Score distribution per day")
+        fig.tight_layout()
+        fig.savefig(out_dir / "scores.png", dpi=110)
+        plt.close(fig)
+        figs.append(("scores.png", "Score distribution per day"))
+    rates = summary["pass_rate"]
+    if rates:
+        names = list(rates)
+        fig, ax = plt.subplots(figsize=(8, 0.32 * len(names) + 1.2))
+        vals = [100 * rates[k] for k in names]
+        ax.barh(names, vals, color=plt.get_cmap("viridis")([v / 100 * 0.8 + 0.1 for v in vals]))
+        ax.invert_yaxis()
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("pass rate (% of graded submissions with full points)")
+        ax.set_title("Pass rate per graded cell")
+        ax.tick_params(axis="y", labelsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "pass_rate.png", dpi=110)
+        plt.close(fig)
+        figs.append(("pass_rate.png", "Pass rate per graded cell"))
+    top = summary["frequent"][:10]
+    if top:
+        fig, ax = plt.subplots(figsize=(9, 0.45 * len(top) + 1.2))
+        labels = [f"{x['grade_id']}: {x['diagnosis'][:60]}" for x in top]
+        vals = [100 * x["share"] for x in top]
+        ax.barh(labels, vals, color=plt.get_cmap("cividis")(0.6))
+        ax.invert_yaxis()
+        ax.set_xlabel("share of the day's graded submissions (%)")
+        ax.set_title("Most frequent diagnoses")
+        ax.tick_params(axis="y", labelsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "diagnoses.png", dpi=110)
+        plt.close(fig)
+        figs.append(("diagnoses.png", "Most frequent diagnoses"))
+    return figs
+
+
+def write_report(results_dir: Path, out_dir: Path) -> Path:
+    """Write ``out_dir/report.html`` (+ PNGs and summary.json); returns the HTML path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = load_results(results_dir)
+    summary = summarize(results)
+    figs = _figures(summary, out_dir)
+    e = html.escape
+    rows = []
+    for d in summary["days"]:
+        c = summary["status"][d]
+        rows.append("<tr><td>" + e(d) + "</td>" + "".join(f"<td>{c.get(s, 0)}</td>"
+                                                          for s in STATUSES) + "</tr>")
+    diag_rows = "".join(
+        f"<tr><td>{100 * x['share']:.0f}%</td><td>{x['count']}</td><td>{e(x['day'])}</td>"
+        f"<td>{e(x['grade_id'])}</td><td>{e(x['diagnosis'])}</td></tr>"
+        for x in summary["frequent"][:25])
+    page = ["<!doctype html><html><head><meta charset=utf-8><title>Class report</title>",
+            "<style>body{font-family:system-ui,sans-serif;max-width:70rem;margin:2rem auto;"
+            "padding:0 1rem}table{border-collapse:collapse;font-size:.85rem}"
+            "td,th{border:1px solid #ddd;padding:.25rem .5rem}img{max-width:100%}</style>"
+            "</head><body>",
+            f"<h1>Class report</h1><p>{summary['n']} results from {e(str(results_dir))}.</p>",
+            "<h2>Statuses</h2><table><tr><th>day</th>"
+            + "".join(f"<th>{s}</th>" for s in STATUSES) + "</tr>" + "".join(rows)
+            + "</table>"]
+    for fname, title in figs:
+        page.append(f"<h2>{e(title)}</h2><img src='{fname}' alt='{e(title)}'>")
+    page.append("<h2>Most frequent diagnoses (what to re-teach)</h2><table><tr><th>share</th>"
+                "<th>count</th><th>day</th><th>test</th><th>diagnosis</th></tr>"
+                + diag_rows + "</table></body></html>")
+    target = out_dir / "report.html"
+    _atomic_write_text(target, "\n".join(page))
+    _atomic_write_text(out_dir / "summary.json", json.dumps(
+        {k: v for k, v in summary.items() if k != "status"} |
+        {"status": {d: dict(c) for d, c in summary["status"].items()}}, indent=1))
+    return target
