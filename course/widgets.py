@@ -156,6 +156,7 @@ class Explorer:
         self._image = self._html = None
         self._busy = False
         self._shown_at = None
+        self._layouts: dict = {}
         if self.interactive:
             import ipywidgets as w
 
@@ -188,7 +189,20 @@ class Explorer:
         fig, caption = self._draw(self.values, not self.interactive)
         self.figure, self.caption = fig, caption
         if self.interactive:
+            # The layout engine costs more than the drawing: run it on the first figure of
+            # each shape, then reuse its axes positions (the panels also stop jumping around).
+            longest = max((len(t.get_text()) for ax in fig.axes
+                           for t in (*ax.get_xticklabels(), *ax.get_yticklabels())), default=0)
+            key = (tuple(round(float(v), 2) for v in fig.get_size_inches()), len(fig.axes),
+                   longest)
+            cached = self._layouts.get(key)
+            if cached is not None:
+                fig.set_layout_engine("none")
+                for ax, pos in zip(fig.axes, cached, strict=True):
+                    ax.set_position(pos)
             self._image.value = _png(fig)
+            if cached is None:
+                self._layouts[key] = [ax.get_position() for ax in fig.axes]
             self._html.value = caption
         self.seconds = time.perf_counter() - t0
         return fig
@@ -740,6 +754,7 @@ def positional_encoding_explorer(pe: Any, max_len: int = 64, d_model: int | None
     """
     m = _pe_matrix(pe, max_len, d_model)
     n_pos, width = m.shape
+    lo, hi = float(m.min()), float(m.max()) + 1e-6
     unit = m / m.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     sim = unit @ unit.T                                                 # (n_pos, n_pos)
 
@@ -758,6 +773,7 @@ def positional_encoding_explorer(pe: Any, max_len: int = 64, d_model: int | None
         ax2.plot(range(n_pos), m[:, i].numpy(), "-", color=BLUE, lw=1.5)
         ax2.plot([p], [float(m[p, i])], "o", color=YELLOW, mec="black", ms=7,
                  label=f"position {p}")
+        ax2.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))   # fixed: panels stay put
         ax2.set_xlabel("position (token index)")
         ax2.set_ylabel(f"PE[:, {i}] (unitless)")
         wave = 2 * math.pi * 10000 ** (2 * (i // 2) / width)
