@@ -1,0 +1,251 @@
+"""Hidden tests of Day 10: gradient_norms, activation_stats (hooks), attention_entropy, bug hunt.
+
+Expected values come from gradients and activations injected or computed here with PyTorch,
+from the entropy formula evaluated in float64, and from the known bug of each set-up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from autograder.checks import CheckFailure, call, compare, rng
+
+# ---------------------------------------------------------------------------- gradient_norms
+
+
+def _grad_model():
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2, bias=False))
+    model.extra = nn.Parameter(torch.zeros(5))           # never used: its .grad stays None
+    g = rng(100)
+    for p in (model[0].weight, model[0].bias, model[2].weight):
+        p.grad = torch.randn(p.shape, generator=g) * 3
+    return model
+
+
+def check_gradient_norms(gradient_norms) -> None:
+    """Injected gradients; a parameter without a gradient is left out."""
+    model = _grad_model()
+    out = call(gradient_norms, model, name="gradient_norms(model)")
+    if not isinstance(out, dict):
+        raise CheckFailure(f"gradient_norms should return a dict, got {type(out).__name__}.")
+    expected = {n: float(p.grad.norm()) for n, p in model.named_parameters()
+                if p.grad is not None}
+    if "extra" in out:
+        raise CheckFailure("gradient_norms reported 'extra', whose .grad is None: leave out "
+                           "parameters without a gradient (p.grad is None).")
+    if set(out) != set(expected):
+        raise CheckFailure(f"gradient_norms returned keys {sorted(out)}, expected the parameter "
+                           f"names {sorted(expected)} (from model.named_parameters()).")
+    bad = [n for n, v in out.items() if type(v) is not float]
+    if bad:
+        raise CheckFailure(f"gradient_norms[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: "
+                           "return Python floats (.item()).")
+    names = sorted(expected)
+    got = torch.tensor([out[n] for n in names], dtype=torch.float64)
+    want = torch.tensor([expected[n] for n in names], dtype=torch.float64)
+    compare(got, want, "gradient norms",
+            {"you returned squared norms: take the square root (p.grad.norm())": want ** 2,
+             "you returned the norm of the weights, not of their gradients: use p.grad":
+                 torch.tensor([float(dict(model.named_parameters())[n].detach().norm())
+                               for n in names], dtype=torch.float64),
+             "you returned the largest absolute gradient entry: use the L2 norm":
+                 torch.tensor([float(dict(model.named_parameters())[n].grad.abs().max())
+                               for n in names], dtype=torch.float64)},
+            rtol=1e-5, atol=1e-7)
+
+
+# -------------------------------------------------------------------------- activation_stats
+
+class _PairOut(nn.Module):
+    def forward(self, x):
+        return x * 2 + 1, x.argmax(-1)
+
+
+class _IntOut(nn.Module):
+    def forward(self, x):
+        return x.argmax(-1)
+
+
+class _Probe(nn.Module):
+    def __init__(self):
+        super().__init__()
+        g = rng(101)
+        self.proj = nn.Linear(6, 8)
+        with torch.no_grad():
+            self.proj.weight.copy_(torch.randn(8, 6, generator=g))
+            self.proj.bias.copy_(torch.randn(8, generator=g) + 2)
+        self.block = nn.Sequential(nn.ReLU(), nn.LayerNorm(8))
+        self.pair = _PairOut()
+        self.index = _IntOut()
+
+    def forward(self, x):
+        h = self.block(self.proj(x))
+        h, _ = self.pair(h)
+        self.index(h)
+        return h
+
+
+def _reference_stats(model, x, unbiased=True):
+    with torch.no_grad():
+        p = model.proj(x)
+        r = model.block[0](p)
+        n = model.block[1](r)
+        pair = n * 2 + 1
+    std = (lambda t: float(t.std())) if unbiased else (lambda t: float(t.std(unbiased=False)))
+    return {"proj": (float(p.mean()), std(p)), "block.0": (float(r.mean()), std(r)),
+            "block.1": (float(n.mean()), std(n)), "block": (float(n.mean()), std(n)),
+            "pair": (float(pair.mean()), std(pair))}
+
+
+def check_activation_stats_values(activation_stats) -> None:
+    """Names, means and stds of every submodule's output (tuple outputs: first element)."""
+    model = _Probe().eval()
+    x = torch.randn(5, 3, 6, generator=rng(102))
+    out = call(activation_stats, model, x, name="activation_stats(model, x of shape (5, 3, 6))")
+    if not isinstance(out, dict):
+        raise CheckFailure(f"activation_stats should return a dict, got {type(out).__name__}.")
+    expected = _reference_stats(model, x)
+    missing = [n for n in expected if n not in out]
+    if missing:
+        raise CheckFailure(
+            f"activation_stats has no entry for {missing}; got keys {sorted(out)}. Hook every "
+            "submodule of model.named_modules() except the model itself (name ''), nested ones "
+            "('block.0') included; for a tuple output use its first element.")
+    if "" in out:
+        raise CheckFailure("activation_stats has an entry '' (the model itself): skip it.")
+    if "index" in out:
+        raise CheckFailure("activation_stats reported 'index', whose output is an integer "
+                           "tensor: skip outputs that are not floating point.")
+    population = _reference_stats(model, x, unbiased=False)
+    names = sorted(expected)
+    for name in names:
+        value = out[name]
+        if (not isinstance(value, tuple) or len(value) != 2
+                or not all(type(v) is float for v in value)):
+            raise CheckFailure(f"activation_stats[{name!r}] should be a tuple (mean, std) of "
+                               f"Python floats, got {value!r}.")
+    got = torch.tensor([out[n] for n in names], dtype=torch.float64)
+    want = torch.tensor([expected[n] for n in names], dtype=torch.float64)
+    if torch.allclose(got, torch.tensor([population[n] for n in names], dtype=torch.float64),
+                      rtol=1e-5, atol=1e-6):
+        return   # population std is fine too
+    inputs_stats = {"proj": (float(x.mean()), float(x.std()))}
+    wrong_inputs = want.clone()
+    wrong_inputs[names.index("proj")] = torch.tensor(inputs_stats["proj"], dtype=torch.float64)
+    compare(got, want, "(mean, std) per module, rows in order " + ", ".join(names),
+            {"you recorded the module's input, not its output: the hook is called as "
+             "hook(module, inputs, output)": wrong_inputs},
+            rtol=1e-5, atol=1e-6)
+
+
+def _hook_count(model) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+class _Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        h = self.act(self.proj(x))
+        raise ValueError("forward failed on purpose (testing that hooks are removed)")
+        return h  # noqa: B901 - unreachable on purpose
+
+
+def check_activation_stats_hooks(activation_stats) -> None:
+    """No hook left behind after a normal call, nor after a forward pass that raises."""
+    model = _Probe()
+    before = _hook_count(model)
+    call(activation_stats, model, torch.randn(2, 6, generator=rng(103)),
+         name="activation_stats(model, x)")
+    left = _hook_count(model) - before
+    if left:
+        raise CheckFailure(
+            f"{left} forward hooks are still registered after activation_stats returned: "
+            "keep the handles from register_forward_hook and call handle.remove() on each "
+            "(in a finally: block). Hooks left behind keep running on every forward pass.")
+    broken = _Broken()
+    try:
+        activation_stats(broken, torch.randn(2, 4, generator=rng(104)))
+    except ValueError:
+        pass
+    except Exception as exc:  # noqa: BLE001
+        raise CheckFailure(f"activation_stats raised {type(exc).__name__}: {exc} instead of "
+                           "letting the model's ValueError through.") from exc
+    left = _hook_count(broken)
+    if left:
+        raise CheckFailure(
+            f"when the forward pass raises, {left} hooks stay registered: remove them in a "
+            "try: ... finally: block so they are removed whatever happens.")
+
+
+# ------------------------------------------------------------------------- attention_entropy
+
+def _entropy(p: torch.Tensor) -> torch.Tensor:
+    p = p.double()
+    return -torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))),
+                        torch.zeros_like(p)).sum(-1)
+
+
+def check_attention_entropy(attention_entropy) -> None:
+    """Random 4-D rows, one-hot rows, uniform rows, rows with exact zeros."""
+    g = rng(105)
+    scores = torch.randn(2, 3, 4, 7, generator=g, dtype=torch.float64)
+    mask = torch.ones(4, 7, dtype=torch.bool).tril(diagonal=2)       # (seq_q, seq_k)
+    cases = {
+        "random rows (2, 3, 4, 7)": torch.softmax(scores, -1),
+        "rows with masked (exactly zero) keys": torch.softmax(
+            scores.masked_fill(~mask, float("-inf")), -1),
+        "one-hot rows (5, 9)": torch.eye(9, dtype=torch.float64)[:5],
+        "uniform rows (3, 11)": torch.full((3, 11), 1 / 11, dtype=torch.float64),
+    }
+    for label, p in cases.items():
+        out = call(attention_entropy, p, name=f"attention_entropy({label})")
+        expected = _entropy(p)
+        safe = p.clamp_min(1e-300)
+        compare(out, expected, f"attention_entropy of {label}",
+                {"you used log base 2 (bits): use the natural log torch.log (nats)":
+                     expected / math.log(2),
+                 "you forgot the minus sign: H = -sum p ln p": -expected,
+                 "you summed over the queries: sum over the keys (dim=-1)":
+                     -(safe.log() * p).sum(-2)},
+                rtol=1e-5, atol=1e-6,
+                hint="masked keys have p = 0 exactly, and 0 * log(0) = NaN in floating point: "
+                     "treat 0 ln 0 as 0 (e.g. p * torch.log(p.clamp_min(tiny))).")
+
+
+# ------------------------------------------------------------------------------- bug hunt
+
+_KEYS = {"no_zero_grad", "lr_too_high", "shuffled_labels", "mask_blocks_attention",
+         "dropout_at_eval", "unnormalized_inputs"}
+_ANSWERS = {"A": "shuffled_labels", "B": "dropout_at_eval", "C": "no_zero_grad",
+            "D": "mask_blocks_attention", "E": "unnormalized_inputs", "F": "lr_too_high"}
+_TELL = {
+    "A": "A's loss sits at ln 10 while attention still spreads normally: the inputs carry no "
+         "information about the labels",
+    "B": "B's two evaluations of the same model disagree: something random is on at evaluation",
+    "C": "C's gradient norms are far above the healthy run's: gradients are never reset",
+    "D": "D's attention entropy is exactly 0: every token sees only itself",
+    "E": "E's input projection has a std in the hundreds: the inputs are not normalized",
+    "F": "F's loss jumps up and stays high: the step size",
+}
+
+
+def check_diagnosis(DIAGNOSIS) -> None:
+    """One right answer per set-up; the message names the ones that are wrong."""
+    if not isinstance(DIAGNOSIS, dict):
+        raise CheckFailure(f"DIAGNOSIS should be a dict, got {type(DIAGNOSIS).__name__}.")
+    unknown = {k: v for k, v in DIAGNOSIS.items() if v not in _KEYS}
+    if unknown:
+        raise CheckFailure(f"DIAGNOSIS has values that are not bug keys: {unknown}; choose "
+                           f"from {sorted(_KEYS)}.")
+    wrong = [k for k in sorted(_ANSWERS) if DIAGNOSIS.get(k) != _ANSWERS[k]]
+    if wrong:
+        raise CheckFailure(
+            f"{len(_ANSWERS) - len(wrong)} of {len(_ANSWERS)} set-ups named correctly; look "
+            f"again at {', '.join(wrong)}. Hints: " + "; ".join(_TELL[k] for k in wrong) + ".")

@@ -1,0 +1,57 @@
+"""Visible checks for Day 10."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from course.checking import CheckFailure, assert_close, call, expect_tensor, passed
+
+BUG_KEYS = ("no_zero_grad", "lr_too_high", "shuffled_labels", "mask_blocks_attention",
+            "dropout_at_eval", "unnormalized_inputs")
+
+
+def check_gradient_norms(gradient_norms) -> None:
+    """A linear layer with a known gradient."""
+    layer = nn.Linear(2, 1)
+    layer.weight.grad = torch.tensor([[3.0, 4.0]])
+    out = call(gradient_norms, layer)
+    if not isinstance(out, dict) or "weight" not in out:
+        raise CheckFailure(f"expected a dict with key 'weight', got {out!r}")
+    if "bias" in out:
+        raise CheckFailure("bias has no gradient (.grad is None): leave it out")
+    assert_close(torch.tensor([float(out["weight"])]), torch.tensor([5.0]), "norm of [[3, 4]]")
+    passed("gradient [[3, 4]] has norm 5; a parameter without .grad is left out")
+
+
+def check_activation_stats(activation_stats) -> None:
+    """Two layers; entries for both and no hooks left."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    out = call(activation_stats, model, torch.randn(10, 3))
+    if not isinstance(out, dict) or set(out) != {"0", "1"}:
+        raise CheckFailure(f"expected keys '0' and '1' (the submodules), got {out!r}")
+    if any(len(m._forward_hooks) for m in model.modules()):
+        raise CheckFailure("hooks are still registered: call handle.remove() on each")
+    if out["1"][0] < 0:
+        raise CheckFailure("the ReLU's output mean is negative: record the output, not input")
+    passed("stats for submodules '0' and '1'; no hook left behind")
+
+
+def check_attention_entropy(attention_entropy) -> None:
+    """A uniform row and a one-hot row."""
+    p = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0]])
+    out = expect_tensor(call(attention_entropy, p), "attention_entropy(p)", shape=(2,))
+    assert_close(out, torch.tensor([math.log(4), 0.0]), "entropies", rtol=1e-5, atol=1e-6)
+    passed("uniform over 4 keys -> ln 4 = 1.386 nats; one-hot -> 0 (no NaN)")
+
+
+def check_diagnosis_format(DIAGNOSIS) -> None:
+    """Six letters, each mapped to one of the bug keys (not whether they are right)."""
+    if not isinstance(DIAGNOSIS, dict) or sorted(DIAGNOSIS) != list("ABCDEF"):
+        raise CheckFailure("DIAGNOSIS should map each of 'A'..'F' to a bug key")
+    bad = {k: v for k, v in DIAGNOSIS.items() if v not in BUG_KEYS}
+    if bad:
+        raise CheckFailure(f"not bug keys: {bad}; choose from {BUG_KEYS}")
+    passed("DIAGNOSIS names one bug key for each of A-F (the hidden test checks them)")

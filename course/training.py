@@ -1,0 +1,464 @@
+"""Helpers for the training days (8-11): augmentation, a live plot, figures, and stand-ins.
+
+- :func:`random_shift` and :func:`shift_collate`: the "light augmentation" of Day 9 (random
+  shifts of a couple of pixels, done per batch in the DataLoader).
+- :class:`LiveMonitor`: a loss/accuracy plot that redraws in place while a loop runs (and draws
+  once at the end when nbgrader executes the notebook).
+- Figures that use the learner's model: :func:`plot_digits`, :func:`plot_confusion_matrix`,
+  :func:`plot_curves`, :func:`plot_cls_attention`.
+- Stand-ins for Day 8's ``SequenceClassifier`` and Day 9's training functions, registered with
+  :mod:`course.previous` so that later days can ``load_previous`` them. Like
+  :mod:`course.standins` they exist so that a learner stuck on one day can do the next, and so
+  that each day is graded on its own code only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course import previous, standins
+
+__all__ = [
+    "LiveMonitor",
+    "SequenceClassifier",
+    "evaluate",
+    "plot_cls_attention",
+    "plot_confusion_matrix",
+    "plot_curves",
+    "plot_digits",
+    "random_shift",
+    "shift_collate",
+    "train_one_epoch",
+    "warmup_cosine_schedule",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Augmentation
+# --------------------------------------------------------------------------------------------
+
+def random_shift(images: torch.Tensor, max_shift: int = 2, fill: float | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """Shift each image by its own random (dy, dx) in [-max_shift, max_shift], filling the gap.
+
+    Args:
+        images: (B, H, W) or (B, C, H, W).
+        max_shift: largest shift in pixels.
+        fill: value of the uncovered border; default: the batch's smallest value (the
+            background, also after normalization).
+        generator: for reproducible shifts.
+
+    Returns:
+        A tensor of the same shape and dtype.
+    """
+    if max_shift <= 0:
+        return images
+    s = max_shift
+    fill = float(images.min()) if fill is None else fill
+    padded = F.pad(images, (s, s, s, s), value=fill)                # (..., H + 2s, W + 2s)
+    B, H, W = images.shape[0], images.shape[-2], images.shape[-1]
+    dy = torch.randint(0, 2 * s + 1, (B,), generator=generator).to(images.device)
+    dx = torch.randint(0, 2 * s + 1, (B,), generator=generator).to(images.device)
+    rows = dy[:, None] + torch.arange(H, device=images.device)     # (B, H)
+    cols = dx[:, None] + torch.arange(W, device=images.device)     # (B, W)
+    b = torch.arange(B, device=images.device)
+    if images.dim() == 3:
+        return padded[b[:, None, None], rows[:, :, None], cols[:, None, :]]
+    c = torch.arange(images.shape[1], device=images.device)
+    return padded[b[:, None, None, None], c[None, :, None, None], rows[:, None, :, None],
+                  cols[:, None, None, :]]
+
+
+def shift_collate(max_shift: int = 2, seed: int = 0) -> Callable:
+    """A DataLoader ``collate_fn`` that stacks (image, label) pairs and shifts the images."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def collate(batch):
+        images = torch.stack([item[0] for item in batch])
+        labels = torch.stack([torch.as_tensor(item[1]) for item in batch])
+        return random_shift(images, max_shift, generator=generator), labels
+
+    return collate
+
+
+# --------------------------------------------------------------------------------------------
+# Live plot
+# --------------------------------------------------------------------------------------------
+
+def _interactive() -> bool:
+    import os
+
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class LiveMonitor:
+    """Record metrics during training and keep one figure of them up to date.
+
+    ``monitor.log(step, train_loss=..., heldout_loss=..., heldout_accuracy=...)`` records
+    values; names containing "loss" go on the left panel, the others (accuracies) on the
+    right. In a live notebook the figure redraws at most every ``every_s`` seconds; under
+    nbgrader it is drawn once by :meth:`close`, which returns the figure.
+    """
+
+    def __init__(self, title: str = "Training", xlabel: str = "epoch", every_s: float = 2.0):
+        self.title, self.xlabel, self.every_s = title, xlabel, every_s
+        self.history: dict[str, list[tuple[float, float]]] = {}
+        self._last = 0.0
+        self._handle = None
+        self._live = _interactive()
+
+    def log(self, step: float, **values: float) -> None:
+        for name, value in values.items():
+            self.history.setdefault(name, []).append((float(step), float(value)))
+        if self._live and time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            self._show()
+
+    def _show(self):
+        from IPython.display import display
+
+        fig = plot_curves(self.history, self.title, self.xlabel)
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)
+        plt.close(fig)
+
+    def close(self):
+        """Draw the final figure (in place of the live one) and return it."""
+        fig = plot_curves(self.history, self.title, self.xlabel)
+        if self._handle is not None:
+            self._handle.update(fig)
+            plt.close(fig)
+        return fig
+
+
+def plot_curves(history: dict[str, Sequence[tuple[float, float]]], title: str = "Training",
+                xlabel: str = "epoch"):
+    """Loss curves (left) and accuracy curves (right) from ``{name: [(step, value), ...]}``."""
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
+    colours = plt.cm.viridis([0.0, 0.45, 0.8, 0.95])
+    for i, (name, points) in enumerate(sorted(history.items())):
+        if not points:
+            continue
+        xs, ys = zip(*points, strict=True)
+        ax = ax_loss if "loss" in name else ax_acc
+        if "loss" not in name and max(ys) <= 1.0:
+            ys = [100 * y for y in ys]
+        ax.plot(xs, ys, "o-" if len(xs) < 40 else "-", ms=3, color=colours[i % 4],
+                label=name.replace("_", " "))
+    ax_loss.set_ylabel("cross-entropy loss (nats)")
+    ax_acc.set_ylabel("accuracy (%)")
+    for ax in (ax_loss, ax_acc):
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    ax_loss.set_title("Loss")
+    ax_acc.set_title("Accuracy")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+def plot_digits(images: torch.Tensor, labels: torch.Tensor | None = None,
+                predictions: torch.Tensor | None = None, n: int = 16,
+                title: str = "MNIST digits", cols: int = 8):
+    """A grid of the first ``n`` images (B, 28, 28) with their labels (and predictions)."""
+    n = min(n, len(images))
+    rows = max(1, math.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(1.3 * cols, 1.5 * rows), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if i >= n:
+            continue
+        ax.imshow(images[i].detach().float().cpu().reshape(28, 28), cmap="gray_r")
+        caption = "" if labels is None else f"label {int(labels[i])}"
+        if predictions is not None:
+            caption += f"\npred {int(predictions[i])}"
+        ax.set_title(caption, fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_confusion_matrix(labels: torch.Tensor, predictions: torch.Tensor,
+                          num_classes: int = 10, title: str = "Confusion matrix (held-out)"):
+    """Counts of (true, predicted) pairs; the diagonal is what the model gets right."""
+    counts = torch.zeros(num_classes, num_classes, dtype=torch.long)
+    counts.index_put_((labels.long().cpu(), predictions.long().cpu()),
+                      torch.ones(len(labels), dtype=torch.long), accumulate=True)
+    fig, ax = plt.subplots(figsize=(5.2, 4.5))
+    im = ax.imshow(counts, cmap="viridis")
+    for i in range(num_classes):
+        for j in range(num_classes):
+            if counts[i, j]:
+                ax.text(j, i, int(counts[i, j]), ha="center", va="center", fontsize=7,
+                        color="black" if i == j else "white")
+    ax.set_xticks(range(num_classes))
+    ax.set_yticks(range(num_classes))
+    ax.set_xlabel("predicted digit")
+    ax.set_ylabel("true digit")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label="number of digits")
+    fig.tight_layout()
+    return fig
+
+
+def plot_cls_attention(images: torch.Tensor, cls_attention: torch.Tensor, patch_size: int,
+                       title: str = "Where the CLS token looks (last layer, mean over heads)"):
+    """Each image next to the CLS token's attention over its patches.
+
+    Args:
+        images: (B, 28, 28) or (B, 1, 28, 28).
+        cls_attention: (B, num_patches) weights of the CLS query over the patch keys.
+        patch_size: side of a patch in pixels.
+    """
+    images = images.detach().float().cpu().reshape(len(images), -1, images.shape[-1])
+    B, H, W = images.shape
+    grid = cls_attention.detach().float().cpu().reshape(B, H // patch_size, W // patch_size)
+    fig, axes = plt.subplots(2, B, figsize=(1.8 * B, 3.8), squeeze=False)
+    for i in range(B):
+        axes[0, i].imshow(images[i], cmap="gray_r")
+        axes[0, i].set_title(f"digit {i}", fontsize=8)
+        im = axes[1, i].imshow(grid[i], cmap="viridis", vmin=0)
+        axes[1, i].set_title(f"max {float(grid[i].max()):.2f}", fontsize=8)
+        for ax in axes[:, i]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    axes[0, 0].set_ylabel("image")
+    axes[1, 0].set_ylabel("CLS attention\n(per patch)")
+    fig.colorbar(im, ax=axes[1, :].tolist(), shrink=0.8, label="attention weight")
+    fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Stand-ins for Days 8 and 9 (used by load_previous on later days)
+# --------------------------------------------------------------------------------------------
+
+class SequenceClassifier(nn.Module):
+    """Day 8's contract, built on :mod:`course.standins`.
+
+    ``input_proj`` (Linear input_dim -> d_model), ``cls_token`` (1, 1, d_model),
+    ``pos_encoding`` (sinusoidal, for max_len + 1 positions), ``layers`` (ModuleList of Pre-LN
+    encoder layers), ``norm`` (final LayerNorm), ``head`` (Linear d_model -> num_classes).
+    ``forward(x)``: (B, T, input_dim) -> logits (B, num_classes), read at the CLS position 0.
+    """
+
+    def __init__(self, input_dim: int, num_classes: int, d_model: int, num_heads: int,
+                 d_ff: int, num_layers: int, max_len: int) -> None:
+        super().__init__()
+        self.input_proj = nn.Linear(input_dim, d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.pos_encoding = standins.SinusoidalPositionalEncoding(d_model, max_len + 1)
+        self.layers = nn.ModuleList(standins.TransformerEncoderLayer(d_model, num_heads, d_ff)
+                                    for _ in range(num_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, num_classes)
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.input_proj(x)                                       # (B, T, C)
+        h = torch.cat([self.cls_token.expand(len(h), -1, -1), h], 1)  # (B, T + 1, C)
+        h = self.pos_encoding(h)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(self.norm(h)[:, 0])                         # (B, classes)
+
+
+def train_one_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
+                    scheduler=None, max_grad_norm: float | None = 1.0) -> float:
+    """Day 9's contract: one pass over ``loader``; the example-weighted mean training loss."""
+    model.train()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for inputs, labels in loader:
+        inputs, labels = inputs.to(device), labels.to(device)
+        loss = F.cross_entropy(model(inputs), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        total += float(loss) * len(labels)
+        count += len(labels)
+    return total / max(count, 1)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader) -> tuple[float, float]:
+    """Day 9's contract: (mean loss, accuracy in [0, 1]) in eval mode, without gradients."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, correct, count = 0.0, 0, 0
+    for inputs, labels in loader:
+        inputs, labels = inputs.to(device), labels.to(device)
+        logits = model(inputs)
+        total += float(F.cross_entropy(logits, labels, reduction="sum"))
+        correct += int((logits.argmax(-1) == labels).sum())
+        count += len(labels)
+    return total / max(count, 1), correct / max(count, 1)
+
+
+def warmup_cosine_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int,
+                           total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Day 9's contract: linear warm-up from 0, then cosine decay to 0 at ``total_steps``."""
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return step / max(1, warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _register() -> None:
+    """Make Days 8 and 9 available to ``load_previous`` (stand-ins and quick self-checks)."""
+    standins.STANDINS.setdefault("day08_mnist_as_sequences", {}).setdefault(
+        "SequenceClassifier", SequenceClassifier)
+    day09 = standins.STANDINS.setdefault("day09_training_loop", {})
+    for fn in (train_one_epoch, evaluate, warmup_cosine_schedule):
+        day09.setdefault(fn.__name__, fn)
+    previous.SELF_CHECKS.setdefault(("day08_mnist_as_sequences", "SequenceClassifier"),
+                                    "course.checks.day08:check_classifier")
+    for name in ("train_one_epoch", "evaluate", "warmup_cosine_schedule"):
+        previous.SELF_CHECKS.setdefault(("day09_training_loop", name),
+                                        f"course.checks.day09:check_{name}")
+
+
+_register()
+
+
+# --------------------------------------------------------------------------------------------
+# Day 10: training set-ups to diagnose
+# --------------------------------------------------------------------------------------------
+
+class _Classifier(SequenceClassifier):
+    """The stand-in classifier with an optional attention mask for every layer."""
+
+    def __init__(self, *args, dropout: float = 0.0, attn_mask: torch.Tensor | None = None):
+        super().__init__(*args)
+        if dropout:
+            for layer in self.layers:
+                layer.dropout.p = dropout
+                layer.ffn.dropout.p = dropout
+        self.attn_mask = attn_mask
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.input_proj(x)                                       # (B, T, C)
+        h = torch.cat([self.cls_token.expand(len(h), -1, -1), h], 1)  # (B, T + 1, C)
+        h = self.pos_encoding(h)
+        for layer in self.layers:
+            h = layer(h, self.attn_mask)
+        return self.head(self.norm(h)[:, 0])
+
+
+class TrainingRun:
+    """The outcome of one training set-up, for you to inspect with your tools.
+
+    Attributes:
+        name: the set-up's letter.
+        model: the model as training left it (its ``.grad`` fields hold the last gradients).
+        losses: the training loss at every step (Python floats).
+        inputs, labels: one batch exactly as this set-up feeds it to the model.
+    """
+
+    def __init__(self, name, model, losses, inputs, labels, evaluator):
+        self.name, self.model, self.losses = name, model, losses
+        self.inputs, self.labels = inputs, labels
+        self._evaluator = evaluator
+
+    def evaluate(self) -> float:
+        """Held-out accuracy (fraction) on 500 digits, measured the way this set-up does it."""
+        return self._evaluator()
+
+    def __repr__(self) -> str:
+        return (f"TrainingRun({self.name}: {len(self.losses)} steps, first loss "
+                f"{self.losses[0]:.3f}, last loss {self.losses[-1]:.3f})")
+
+
+def _train_setup(name: str, *, lr: float = 3e-3, zero_grad: bool = True,
+                 shuffle_labels: bool = False, self_only_mask: bool = False,
+                 dropout: float = 0.0, eval_mode: bool = True, raw_pixels: bool = False,
+                 steps: int = 30, seed: int = 0) -> TrainingRun:
+    from course.data import load_mnist
+
+    mnist = load_mnist()
+    x = mnist.train_images[:1024].float() / 255
+    mean, std = float(x.mean()), float(x.std())
+    def prepare(images):
+        pixels = images.float()
+        return pixels if raw_pixels else (pixels / 255 - mean) / std   # (N, 28, 28)
+
+    train_x, train_y = prepare(mnist.train_images[:1024]), mnist.train_labels[:1024].clone()
+    held_x, held_y = prepare(mnist.heldout_images[:500]), mnist.heldout_labels[:500]
+    g = torch.Generator().manual_seed(seed)
+    if shuffle_labels:
+        train_y = train_y[torch.randperm(len(train_y), generator=g)]
+    mask = torch.eye(29, dtype=torch.bool) if self_only_mask else None
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = _Classifier(28, 10, 32, 4, 64, 2, 28, dropout=dropout, attn_mask=mask)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    losses = []
+    model.train()
+    for step in range(steps):
+        idx = torch.randint(0, len(train_x), (64,), generator=g)
+        loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+        if zero_grad:
+            optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        del step
+
+    def evaluator() -> float:
+        if eval_mode:
+            model.eval()
+        with torch.no_grad():
+            accuracy = float((model(held_x).argmax(-1) == held_y).float().mean())
+        model.train(not eval_mode)
+        return accuracy
+
+    return TrainingRun(name, model, losses, train_x[:64], train_y[:64], evaluator)
+
+
+# Letter -> set-up. "healthy" is the reference to compare against.
+_SETUPS: dict[str, dict] = {
+    "healthy": {},
+    "A": {"shuffle_labels": True},
+    "B": {"dropout": 0.3, "eval_mode": False},
+    "C": {"zero_grad": False},
+    "D": {"self_only_mask": True},
+    "E": {"raw_pixels": True},
+    "F": {"lr": 0.3},
+}
+
+
+def bug_hunt(name: str) -> TrainingRun:
+    """Run the Day 10 training set-up ``name`` ("healthy", "A", ..., "F") and return it."""
+    if name not in _SETUPS:
+        raise KeyError(f"unknown set-up {name!r}; choose from {sorted(_SETUPS)}")
+    return _train_setup(name, **_SETUPS[name])
