@@ -457,15 +457,16 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
         inputs: a sentence (``str``; a text box lets you type another one) or a tensor whose
             first dimension lists examples (token ids, embeddings or images, e.g. MNIST digits
             (N, 28, 28)); a slider picks the example.
-        labels: one label per position (default: the words or characters of the sentence,
-            else the position numbers).
+        labels: one label per position, or a function of the example's (1, T) input giving
+            them (default: the words or characters of the sentence, else position numbers).
         tokenizer: for text models: an object with ``encode(str) -> list[int]`` and
             ``decode(list[int]) -> str`` (the model gets a (1, T) tensor of ids).
         embed: turns the input into what the model takes: ``embed(ids)`` with a tokenizer, or
             ``embed(words) -> (1, T, d_model)`` for a sentence without one. Default for a
             sentence without tokenizer: :func:`word_vectors` (a fixed random vector per word).
-        mask: passed as the model's second argument: a tensor, ``"causal"`` (a (T, T) lower
-            triangle of True), or a function of T.
+        mask: passed as the model's second argument: a tensor (one row per example when its
+            first dimension matches ``inputs``'), ``"causal"`` (a (T, T) lower triangle of True),
+            or a function of T.
         d_model: width for :func:`word_vectors` when the model does not say.
         classes: class names for a classifier's output (caption: the predicted class).
         title: figure title prefix.
@@ -493,17 +494,22 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
                     toks, d_model or _infer_d_model(model))
             image = None
         else:
-            x = inputs[values["example"]:values["example"] + 1]
-            toks = None
-            one = inputs[values["example"]]
-            image = one if one.dim() == 2 or (one.dim() == 3 and one.shape[0] in (1, 3)) \
-                else None
+            i = values["example"]
+            x = inputs[i:i + 1]
+            toks = list(labels(x)) if callable(labels) else None
+            one = inputs[i]
+            square = one.shape[-1] == one.shape[-2] if one.dim() >= 2 else False
+            image = one if one.is_floating_point() and square and (
+                one.dim() == 2 or (one.dim() == 3 and one.shape[0] in (1, 3))) else None
             if embed is not None:
                 x = embed(x)
         args = [x]
         if mask is not None:
             t = x.shape[1]
-            if isinstance(mask, str) and mask == "causal":
+            if isinstance(mask, torch.Tensor) and not is_text and n_examples > 1 \
+                    and mask.shape[0] == n_examples:
+                args.append(mask[values["example"]:values["example"] + 1])   # one per example
+            elif isinstance(mask, str) and mask == "causal":
                 args.append(torch.ones(t, t, dtype=torch.bool).tril())
             elif callable(mask):
                 args.append(mask(t))
@@ -560,7 +566,7 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
         name, heads = maps[values["layer"]]
         weights = heads[values["head"]]                                  # (Tq, Tk)
         tq, tk = weights.shape
-        if labels is not None and len(labels) >= max(tq, tk):
+        if labels is not None and not callable(labels) and len(labels) >= max(tq, tk):
             q_labels, k_labels = list(labels)[:tq], list(labels)[:tk]
         elif toks is not None and len(toks) == tq == tk:
             q_labels = k_labels = toks

@@ -284,3 +284,35 @@ def test_unknown_characters_in_a_typed_prompt_are_skipped():
                             interactive=False)
     e.update(prompt="abz!c")
     assert e.caption.count("<pre") == 1
+
+
+def test_token_classifier_with_padding_mask_per_example():
+    """Day 7 style: does each example get its own padding mask and its own token labels?"""
+    torch.manual_seed(0)
+
+    class Classifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(16, 8)
+            self.cls = nn.Parameter(torch.zeros(1, 1, 8))
+            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, tokens, padding_mask):
+            x = torch.cat([self.cls.expand(len(tokens), -1, -1), self.embed(tokens)], 1)
+            keep = torch.cat([torch.ones(len(tokens), 1, dtype=torch.bool), padding_mask], 1)
+            y, _ = self.attn(x, x, x, key_padding_mask=~keep)
+            return self.head(y[:, 0])
+
+    tokens = torch.tensor([[1, 5, 2, 0, 0], [7, 2, 9, 1, 4]])
+    mask = tokens != 0
+    names = {0: "·", 1: "A", 2: "B"}
+    e = W.attention_explorer(Classifier(), tokens, mask=mask, classes=["B first", "A first"],
+                             labels=lambda x: ["CLS"] + [names.get(int(t), str(int(t)))
+                                                         for t in x[0]],
+                             interactive=False)
+    weights = _images(e.figure)[0].get_array()
+    assert weights.shape == (6, 6) and float(weights[:, 4:].max()) == 0.0   # padding masked
+    assert "<b>CLS</b>" in e.caption and "model prediction" in e.caption
+    e.update(example=1)
+    assert float(_images(e.figure)[0].get_array()[:, 4:].max()) > 0.0
