@@ -193,7 +193,7 @@ def bwrap_argv(spec: Spec, bwrap: str) -> list[str]:
     for p in sorted(hidden, key=len):
         if any(p.startswith(q + os.sep) for q in hidden if q != p) or p.startswith("/tmp/"):
             continue  # already covered by a hidden parent (or by the empty /tmp)
-        argv += ["--tmpfs", p]
+        argv += ["--perms", "0555", "--tmpfs", p]  # empty and read-only
     for rb in spec.ro_bind:
         p = os.path.realpath(rb)
         if os.path.exists(p):
