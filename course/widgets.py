@@ -432,6 +432,15 @@ def _infer_d_model(model: Any) -> int:
     raise ValueError("cannot tell the model's width: pass d_model=")
 
 
+def _device_of(model: Any) -> torch.device:
+    if isinstance(model, nn.Module):
+        for p in model.parameters():
+            return p.device
+        for b in model.buffers():
+            return b.device
+    return torch.device("cpu")
+
+
 def word_vectors(words: Sequence[str], d_model: int) -> torch.Tensor:
     """A fixed random vector per word (seeded by the word itself): (1, len(words), d_model).
 
@@ -503,6 +512,8 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
                 one.dim() == 2 or (one.dim() == 3 and one.shape[0] in (1, 3))) else None
             if embed is not None:
                 x = embed(x)
+        device = _device_of(model)
+        x = x.to(device)
         args = [x]
         if mask is not None:
             t = x.shape[1]
@@ -515,6 +526,7 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
                 args.append(mask(t))
             else:
                 args.append(mask)
+        args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
         output, maps = capture_attention(model, *args)
         if not maps:
             raise ValueError(
@@ -580,6 +592,7 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
             img = image.detach().float().cpu()
             if img.dim() == 3:
                 img = img.permute(1, 2, 0) if img.shape[0] == 3 else img[0]
+            img = (img - img.min()) / (img.max() - img.min()).clamp_min(1e-12)   # to [0, 1]
             ax_img.imshow(img.numpy(), cmap="cividis" if img.dim() == 2 else None)
             ax_img.set_title(f"input example {values['example']}")
             ax_img.set_xlabel("column (pixels)")
