@@ -113,6 +113,7 @@ def test_selfcheck_does_nothing_while_nbgrader_grades(monkeypatch, capsys):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert P.selfcheck() is None
     assert "skipped" in capsys.readouterr().out
+    assert P.show_progress() == ""
 
 
 def test_learner_modules_import_no_grading_material():
