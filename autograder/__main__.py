@@ -10,6 +10,8 @@ Commands:
     verify       prove the hidden tests: reference 100%, blank 0, every mutant caught
     demo         grade the reference solutions and the blank release notebooks of every day
     author F NB  turn a plain-text notebook (see autograder/authoring.py) into a source notebook
+    selfcheck NB grade one learner notebook with the hidden tests, offline; the notebook is untouched
+    progress     the 14 days with the points of each day's latest self-check
 """
 
 from __future__ import annotations
