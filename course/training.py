@@ -302,7 +302,7 @@ def train_one_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        total += float(loss) * len(labels)
+        total += loss.item() * len(labels)
         count += len(labels)
     return total / max(count, 1)
 

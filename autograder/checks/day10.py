@@ -132,9 +132,13 @@ def check_activation_stats_values(activation_stats) -> None:
     if torch.allclose(got, torch.tensor([population[n] for n in names], dtype=torch.float64),
                       rtol=1e-5, atol=1e-6):
         return   # population std is fine too
-    inputs_stats = {"proj": (float(x.mean()), float(x.std()))}
-    wrong_inputs = want.clone()
-    wrong_inputs[names.index("proj")] = torch.tensor(inputs_stats["proj"], dtype=torch.float64)
+    with torch.no_grad():
+        p = model.proj(x)
+        r = model.block[0](p)
+        n = model.block[1](r)
+    seen = {"proj": x, "block": p, "block.0": p, "block.1": r, "pair": n}
+    wrong_inputs = torch.tensor([(float(seen[k].mean()), float(seen[k].std())) for k in names],
+                                dtype=torch.float64)
     compare(got, want, "(mean, std) per module, rows in order " + ", ".join(names),
             {"you recorded the module's input, not its output: the hook is called as "
              "hook(module, inputs, output)": wrong_inputs},
@@ -206,6 +210,12 @@ def check_attention_entropy(attention_entropy) -> None:
     }
     for label, p in cases.items():
         out = call(attention_entropy, p, name=f"attention_entropy({label})")
+        if (isinstance(out, torch.Tensor) and out.is_floating_point()
+                and bool(torch.isnan(out).any())):
+            raise CheckFailure(
+                f"attention_entropy of {label} contains NaN: masked keys have p = 0 exactly, "
+                "and 0 * log(0) = 0 * -inf = NaN in floating point. Treat 0 ln 0 as 0 (e.g. "
+                "p * torch.log(p.clamp_min(tiny))).")
         expected = _entropy(p)
         safe = p.clamp_min(1e-300)
         compare(out, expected, f"attention_entropy of {label}",
@@ -231,7 +241,8 @@ _TELL = {
     "B": "B's two evaluations of the same model disagree: something random is on at evaluation",
     "C": "C's gradient norms are far above the healthy run's: gradients are never reset",
     "D": "D's attention entropy is exactly 0: every token sees only itself",
-    "E": "E's input projection has a std in the hundreds: the inputs are not normalized",
+    "E": "E's input projection output has a std tens of times the healthy run's: the inputs "
+         "are not normalized",
     "F": "F's loss jumps up and stays high: the step size",
 }
 
