@@ -538,6 +538,18 @@ def grade_one(job: dict) -> dict:
         return done("missing", detail=f"{Path(nb_path).name} in {day}/ is not the {day} "
                                       f"notebook (its cells belong to {owner}); "
                                       "nothing was graded for this day")
+    # a test cell pasted twice: nbgrader rejects duplicate grade ids; keep the first copy
+    seen: set[str] = set()
+    kept, dup_flags = [], []
+    for cell in submitted.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid and gid in seen:
+            dup_flags.append(f"a second copy of cell {gid} was ignored")
+            continue
+        if gid:
+            seen.add(gid)
+        kept.append(cell)
+    submitted.cells = kept
     release = None
     rel_path = root / "release" / day / notebook_name(day)
     if rel_path.is_file():
@@ -623,6 +635,7 @@ def grade_one(job: dict) -> dict:
     events = dict(execute.EVENTS)
     events["tamper"] = static + list(events.get("tamper", []))
     status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
+    flags += dup_flags
     detail = "; ".join(flags[:5])
     if settings.get("tamper", True) and not events.get("guard") and any(
             True for _ in graded_cells(source_nb)) and status == "graded" and sandboxed:

@@ -1,0 +1,121 @@
+"""Benchmark: plain ``nbgrader autograde`` against ``grade --jobs N`` on the same submissions.
+
+    python -m autograder.benchmark [--students 8] [--days 1 2 3] [--jobs 2] [--no-sandbox]
+
+Builds a synthetic cohort for Days 1-3 (each student/day is the reference solution, the blank
+release notebook, or the reference with one mutant from the catalog, in turn), then times
+
+1. plain nbgrader: a course folder with the days already generated (not timed), and one
+   ``nbgrader autograde <day>`` per day over every student (nbgrader's own sequential loop);
+2. this course's ``pipeline.grade`` with ``--jobs`` workers and the sandbox (when bubblewrap
+   works), from nothing: template generation, worker start-up and kernels all count.
+
+Prints submissions per minute for both and the ratio. Not a test: timings depend on the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from autograder import pipeline
+from autograder.mutants import load_catalog
+
+
+def synthetic_cohort(root: Path, days: list[str], students: int, out: Path
+                     ) -> list[tuple[str, str, str]]:
+    """Write ``out/<student>/<day>/<day>.ipynb``; returns (student, day, kind)."""
+    catalog = load_catalog()
+    made = []
+    for day in days:
+        ref = nbformat.read(str(root / "solutions" / day / pipeline.notebook_name(day)),
+                            as_version=4)
+        blank = nbformat.read(str(root / "release" / day / pipeline.notebook_name(day)),
+                              as_version=4)
+        kinds = [("correct", ref), ("blank", blank)]
+        kinds += [(f"mutant {m.id}", m.apply(ref)) for m in catalog if m.day == day]
+        for i in range(students):
+            kind, nb = kinds[i % len(kinds)]
+            student = f"student{i + 1:02d}"
+            target = out / student / day / pipeline.notebook_name(day)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, str(target))
+            made.append((student, day, kind))
+    return made
+
+
+def plain_nbgrader(root: Path, days: list[str], subs: Path, work: Path) -> float:
+    """Seconds for ``nbgrader autograde`` of every day (generation done beforehand)."""
+    course = work / "plain"
+    shutil.copytree(root / "source", course / "source")
+    pipeline.generate(course, days, course / "gradebook.db", solutions=False)
+    shutil.copytree(subs, course / "submitted")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    t0 = time.monotonic()
+    for day in days:
+        subprocess.run(
+            [sys.executable, "-m", "nbgrader", "autograde", day,
+             f"--config={pipeline.CONFIG_FILE}", f"--CourseDirectory.root={course}",
+             f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}",
+             "--log-level=ERROR"],
+            cwd=course, env=env, check=False, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autograder.benchmark", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--students", type=int, default=8)
+    ap.add_argument("--days", nargs="+", default=["1", "2", "3"])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--no-sandbox", action="store_true")
+    ap.add_argument("--skip-plain", action="store_true")
+    args = ap.parse_args(argv)
+    bindir = str(Path(sys.executable).parent)
+    os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    root = pipeline.find_root()
+    days = pipeline.resolve_days(root, args.days)
+    with tempfile.TemporaryDirectory(prefix="tfs-bench-") as tmp:
+        work = Path(tmp)
+        subs = work / "submitted"
+        made = synthetic_cohort(root, days, args.students, subs)
+        n = len(made)
+        kinds = {}
+        for _, _, k in made:
+            kinds[k.split()[0]] = kinds.get(k.split()[0], 0) + 1
+        print(f"{n} submissions ({', '.join(f'{v} {k}' for k, v in kinds.items())}) "
+              f"of {', '.join(days)}")
+        plain = None
+        if not args.skip_plain:
+            plain = plain_nbgrader(root, days, subs, work)
+            print(f"plain nbgrader autograde: {plain:.1f} s, {60 * n / plain:.1f} submissions/min")
+        sandbox = False if args.no_sandbox else "auto"
+        t0 = time.monotonic()
+        results = pipeline.grade(root, subs, days=days, jobs=args.jobs, sandbox=sandbox,
+                                 resume=False)
+        ours = time.monotonic() - t0
+        sb = "sandbox on" if results and results[0].sandboxed else "sandbox off"
+        statuses = {}
+        for r in results:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+        print(f"grade --jobs {args.jobs} ({sb}): {ours:.1f} s, {60 * n / ours:.1f} "
+              f"submissions/min; statuses {statuses}")
+        if plain:
+            print(f"ratio: {plain / ours:.2f}x plain nbgrader's throughput "
+                  f"(goal >= 1.7x on 2 cores)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

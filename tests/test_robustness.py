@@ -1,0 +1,183 @@
+"""Does grading give every broken, hanging or hostile submission a status, and never abort?
+
+One batch of Day 3 submissions (the issue's robustness cases and the known cheats) is graded
+once for the module, in the sandbox where bubblewrap works, with small limits so the slow
+cases stay short.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import pipeline
+from autograder.mutants import load_catalog
+from autograder.sandbox import GiB, Limits, MiB
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import submissions as S  # noqa: E402
+
+LIMITS = Limits(memory=int(1.5 * GiB), cell_timeout=15, notebook_timeout=45, output=1 * MiB,
+                file_size=64 * MiB)
+
+
+def _mutant_nb(root):
+    m = next(m for m in load_catalog() if m.day == S.DAY)
+    return m.apply(S.reference(root))
+
+
+@pytest.fixture(scope="module")
+def batch(root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("robust")
+    subs = tmp / "submitted"
+    ref = S.reference(root)
+    S.put(subs, "ref", ref)
+    S.put(subs, "ref-again", ref)
+    S.put(subs, "answer-markdown", S.answer_as_markdown(ref))
+    S.put(subs, "test-deleted", S.without_test(ref, "day03_mask"))
+    S.put(subs, "test-twice", S.duplicated_test(ref, "day03_mask"))
+    S.put(subs, "renamed", ref, name=f"{S.DAY} (1).ipynb")
+    S.put(subs, "loop", S.with_cell(ref, "while True:\n    pass"))
+    S.put(subs, "memhog", S.with_cell(
+        ref, "import torch\nxs = []\nwhile True:\n    xs.append(torch.zeros(10**6))"))
+    S.put(subs, "huge-tensor", S.with_cell(ref, "import torch\nx = torch.empty(10**12)"))
+    S.put(subs, "exit", S.with_cell(ref, "import os\nos._exit(1)"))
+    S.put(subs, "print-100mb", S.with_cell(
+        ref, "for _ in range(100):\n    print('x' * 1_000_000)"))
+    S.put(subs, "file-2gb", S.with_cell(
+        ref, "with open('big.bin', 'wb') as f:\n    for _ in range(2000):\n"
+             "        f.write(b'\\0' * 1_000_000)"))
+    S.put(subs, "invalid-json", raw="{this is not json")
+    S.put(subs, "truncated-json", raw=S.truncated_json(ref))
+    S.put(subs, "other-day", S.reference(root, S.OTHER_DAY))
+    S.put(subs, "warnings", S.with_warnings(ref))
+    (subs / "absent").mkdir()
+    mutant = _mutant_nb(root)
+    for name, code in S.CHEATS.items():
+        S.put(subs, name, S.with_cell(mutant, code))
+    out = tmp / "out"
+    t0 = time.monotonic()
+    results = pipeline.grade(root, subs, days=[S.DAY], jobs=2, results_dir=out,
+                             sandbox="auto", limits=LIMITS)
+    return {"by": {r.student: r for r in results}, "results": results, "subs": subs,
+            "out": out, "seconds": time.monotonic() - t0, "full": pipeline.max_score(root,
+                                                                                     S.DAY)}
+
+
+def _status(batch, student):
+    r = batch["by"][student]
+    return r.status, r.score
+
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_case_has_its_status(batch):
+    """Does each robustness case get the status (and score) the issue expects?"""
+    full = batch["full"]
+    expected = {
+        "ref": ("graded", full),
+        "renamed": ("graded", full),
+        "test-twice": ("graded", full),
+        "answer-markdown": ("graded", full),
+        "warnings": ("graded", full),
+        "print-100mb": ("graded", full),
+        "file-2gb": ("graded", full),
+        "loop": ("timeout", None),
+        "memhog": ("memory-limit", full),
+        "huge-tensor": ("memory-limit", full),
+        "exit": ("kernel-died", 0.0),
+        "invalid-json": ("unreadable", 0.0),
+        "truncated-json": ("unreadable", 0.0),
+        "other-day": ("missing", 0.0),
+        "absent": ("missing", 0.0),
+    }
+    got = {s: _status(batch, s) for s in expected}
+    for student, (status, score) in expected.items():
+        assert got[student][0] == status, (student, got[student], batch["by"][student].detail)
+        if score is not None:
+            assert got[student][1] == score, (student, batch["by"][student].tests)
+
+
+def test_answer_cell_turned_into_markdown_is_restored(batch):
+    """Is an answer cell turned into markdown (cells inserted and deleted around it) graded?
+
+    nbgrader restores the type of a graded cell from the gradebook, so the learner's code in
+    it still runs and earns its points.
+    """
+    r = batch["by"]["answer-markdown"]
+    assert r.status == "graded" and r.score == batch["full"], r.tests
+
+
+def test_deleted_test_cell_scores_zero(batch):
+    """Does a deleted test cell count 0 with a message, and the others keep their points?"""
+    r = batch["by"]["test-deleted"]
+    mask = next(t for t in r.tests if t.grade_id == "day03_mask")
+    assert r.status == "graded" and mask.points == 0 and "missing" in mask.message
+    assert r.score == batch["full"] - mask.max_points
+
+
+def test_limits_are_reported(batch):
+    """Do the truncated output and the file-size limit show in the result's flags?"""
+    assert any("truncated" in f for f in batch["by"]["print-100mb"].flags)
+    nb = nbformat.read(str(batch["out"] / "print-100mb" / f"{S.DAY}.ipynb"), as_version=4)
+    printed = sum(len(o.get("text", "")) for c in nb.cells for o in c.get("outputs", []))
+    assert printed < 3 * MiB
+    assert any("file-size" in f for f in batch["by"]["file-2gb"].flags)
+
+
+def test_known_cheats_are_marked_tampered_and_do_not_pay(batch, root):
+    """Is each cheat marked tampered, and does it score no more than the honest mutant?"""
+    for name in S.CHEATS:
+        r = batch["by"][name]
+        assert r.status == "tampered", (name, r.status, r.detail)
+        assert r.score < batch["full"], (name, r.tests)
+        assert r.flags, name
+
+
+def test_same_submission_same_result(batch):
+    """Do two copies of one notebook get identical scores and messages?"""
+    a, b = batch["by"]["ref"], batch["by"]["ref-again"]
+    assert (a.score, [t.__dict__ for t in a.tests]) == (b.score, [t.__dict__ for t in b.tests])
+
+
+def test_results_are_written_and_resume_grades_nothing(batch, root, monkeypatch):
+    """Is every result on disk, and does a re-run reuse them all without grading?"""
+    files = sorted(p.parent.name for p in batch["out"].glob("*/*.json"))
+    assert files == sorted(batch["by"])
+
+    def boom(*a, **k):
+        raise AssertionError("nothing should be graded again")
+
+    monkeypatch.setattr(pipeline, "prepare_template", boom)
+    again = pipeline.grade(root, batch["subs"], days=[S.DAY], jobs=2,
+                           results_dir=batch["out"], sandbox="auto", limits=LIMITS)
+    assert {r.student: (r.status, r.score) for r in again} == {
+        s: (r.status, r.score) for s, r in batch["by"].items()}
+
+
+def test_a_changed_submission_changes_its_key(root, tmp_path):
+    """Does editing a notebook (or the course's checks) change the resume key?"""
+    fp = pipeline.course_fingerprint(root, S.DAY)
+    p = S.put(tmp_path, "a", S.reference(root))
+    k1 = pipeline.submission_key(p, fp)
+    p.write_text(p.read_text().replace("SelfAttention", "SelfAttention ", 1))
+    assert pipeline.submission_key(p, fp) != k1
+    assert pipeline.submission_key(p, fp + "x") != pipeline.submission_key(p, fp)
+
+
+def test_a_worker_that_dies_costs_one_status(root, tmp_path):
+    """When student code kills its grading process, is the rest of the batch still graded?"""
+    subs = tmp_path / "submitted"
+    S.put(subs, "killer", S.with_cell(
+        S.release(root), "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"))
+    S.put(subs, "bad", raw="not a notebook")
+    results = pipeline.grade(root, subs, days=[S.DAY], jobs=1, sandbox=False,
+                             limits=LIMITS, tamper=False)
+    by = {r.student: r for r in results}
+    assert by["killer"].status in ("environment-error", "kernel-died"), by["killer"]
+    assert by["bad"].status == "unreadable"
