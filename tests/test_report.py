@@ -1,0 +1,57 @@
+"""Does the class report count statuses, pass rates and the most frequent diagnoses?"""
+
+from __future__ import annotations
+
+import json
+
+from autograder.pipeline import Result, TestResult
+from autograder.report import diagnosis_key, summarize, write_report
+
+DAY = "day04_multi_head_attention"
+
+
+def _results():
+    out = []
+    for i in range(8):
+        wrong = i < 3  # 3 of 8 = 38% scaled by sqrt(d_model)
+        tests = [TestResult("day04_scale", 0.0 if wrong else 2.0, 2.0,
+                            f"CheckFailure: max error {0.1 * (i + 1):.3f}: you scaled by "
+                            "sqrt(d_model); scale by sqrt(d_k) per head" if wrong else ""),
+                 TestResult("day04_shapes", 1.0, 1.0)]
+        out.append(Result(f"s{i}", DAY, "graded", sum(t.points for t in tests), 3.0, tests))
+    out.append(Result("late", DAY, "missing", 0.0, 3.0))
+    out.append(Result("loop", DAY, "timeout", 0.0, 3.0,
+                      [TestResult("day04_scale", 0.0, 2.0, "NotExecuted: time budget"),
+                       TestResult("day04_shapes", 0.0, 1.0, "NotExecuted: time budget")]))
+    return out
+
+
+def test_diagnoses_group_across_numbers():
+    """Do two messages that differ only in numbers count as one diagnosis?"""
+    a = diagnosis_key("CheckFailure: max error 0.100: you scaled by sqrt(d_model)")
+    b = diagnosis_key("CheckFailure: max error 0.250: you scaled by sqrt(d_model)")
+    assert a == b and "CheckFailure" not in a
+
+
+def test_summary_shares_and_pass_rates():
+    """Is the top diagnosis 3 of the 9 kernel-run submissions, with its pass rate beside it?"""
+    s = summarize(_results())
+    top = s["frequent"][0]
+    assert top["grade_id"] == "day04_scale" and "sqrt(d_model)" in top["diagnosis"]
+    assert top["count"] == 3 and abs(top["share"] - 3 / 9) < 1e-9
+    assert abs(s["pass_rate"][f"{DAY}/day04_scale"] - 5 / 9) < 1e-9
+    assert s["status"][DAY]["missing"] == 1 and s["status"][DAY]["timeout"] == 1
+
+
+def test_report_writes_html_and_pngs(tmp_path):
+    """Are report.html and its three PNG figures written from a results folder?"""
+    results = tmp_path / "results"
+    for r in _results():
+        (results / r.student).mkdir(parents=True, exist_ok=True)
+        (results / r.student / f"{r.day}.json").write_text(json.dumps(r.to_json()))
+    page = write_report(results, tmp_path / "report")
+    html = page.read_text()
+    for png in ("scores.png", "pass_rate.png", "diagnoses.png"):
+        assert (tmp_path / "report" / png).stat().st_size > 1000
+        assert png in html
+    assert "sqrt(d_model)" in html and "33%" in html
