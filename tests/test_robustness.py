@@ -88,7 +88,7 @@ def test_every_case_has_its_status(batch):
         "print-100mb": ("graded", full),
         "file-2gb": ("graded", full),
         "loop": ("timeout", None),
-        "memhog": ("memory-limit", full),
+        "memhog": ("memory-limit", None),  # the hog keeps its memory: later tests may fail
         "huge-tensor": ("memory-limit", full),
         "exit": ("kernel-died", 0.0),
         "invalid-json": ("unreadable", 0.0),
