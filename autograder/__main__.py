@@ -84,7 +84,7 @@ def _progress_printer(total: int):
 
     def show(r: pipeline.Result) -> None:
         count["n"] += 1
-        print(f"[{count['n']}/{total}] {r.student}/{r.day}: {r.status} "
+        print(f"[{count['n']}] {r.student}/{r.day}: {r.status} "
               f"{r.score:g}/{r.max_score:g}", flush=True)
     return show
 
@@ -136,7 +136,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     root = pipeline.find_root(args.root)
     report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant,
-                    sandbox=False if getattr(args, "no_sandbox", False) else "auto")
+                    sandbox=bool(getattr(args, "sandbox", False)))
     days = sorted({r.day for r in report.results})
     refs = [r for r in report.results if r.student in ("reference", "blank")]
     print(pipeline.format_table(refs, days))
@@ -169,7 +169,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         results = pipeline.grade(root, subs, days=days, jobs=args.jobs,
                                  results_dir=out / "results", resume=False,
-                                 sandbox=False if args.no_sandbox else "auto")
+                                 sandbox=bool(args.sandbox))
     print("Sample submissions: 'reference' = solutions/, 'blank' = untouched release/\n")
     _print_results(results, days, out / "grades.csv")
     print(f"graded {len(results)} notebooks in {time.monotonic() - t0:.1f} s "
@@ -244,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--day", action="append", help="only this day (repeatable)")
     p.add_argument("--mutant", action="append", help="only this mutant id (repeatable)")
     p.add_argument("--jobs", type=int, default=None)
-    p.add_argument("--no-sandbox", action="store_true",
-                   help="grade without bubblewrap even where it is installed")
+    p.add_argument("--sandbox", action="store_true",
+                   help="grade in the bubblewrap sandbox, as `grade` does (default: off, "
+                        "these notebooks are trusted)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("demo", help="grade reference and blank notebooks of every day")
@@ -253,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--day", action="append")
     p.add_argument("--jobs", type=int, default=None)
     p.add_argument("--output", type=Path, default=None)
-    p.add_argument("--no-sandbox", action="store_true")
+    p.add_argument("--sandbox", action="store_true",
+                   help="grade in the bubblewrap sandbox (default: off, trusted notebooks)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("author", help="plain-text notebook -> nbgrader source notebook")
