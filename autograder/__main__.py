@@ -10,7 +10,7 @@ Commands:
     verify       prove the hidden tests: reference 100%, blank 0, every mutant caught
     demo         grade the reference solutions and the blank release notebooks of every day
     author F NB  turn a plain-text notebook (see autograder/authoring.py) into a source notebook
-    selfcheck NB grade one learner notebook with the hidden tests, offline; the notebook is untouched
+    selfcheck NB grade one learner notebook with the hidden tests, offline (notebook untouched)
     progress     the 14 days with the points of each day's latest self-check
 """
 
