@@ -84,9 +84,7 @@ def _child(base: str) -> None:
     job = json.loads(sys.stdin.read())
     real_stdout = os.dup(1)
     os.dup2(2, 1)  # nbgrader chatter must not mix with the answer
-    import autograder
-
-    course_root = Path(autograder.__file__).resolve().parent.parent
+    course_root = Path(pipeline.__file__).resolve().parent.parent
     pipeline._worker_setup(Path(base) / "template", course_root, Path(base),
                            bool(job["settings"].get("sandbox")))
     try:
