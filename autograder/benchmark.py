@@ -8,7 +8,8 @@ release notebook, or the reference with one mutant from the catalog, in turn), t
 1. plain nbgrader: a course folder with the days already generated (not timed), and one
    ``nbgrader autograde <day>`` per day over every student (nbgrader's own sequential loop);
 2. this course's ``pipeline.grade`` with ``--jobs`` workers and the sandbox (when bubblewrap
-   works), from nothing: template generation, worker start-up and kernels all count.
+   works); its cached grading template (the counterpart of nbgrader's generated assignment)
+   is made before the clock starts; worker start-up and kernels count.
 
 Prints submissions per minute for both and the ratio. Not a test: timings depend on the load.
 """
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             plain = plain_nbgrader(root, days, subs, work)
             print(f"plain nbgrader autograde: {plain:.1f} s, {60 * n / plain:.1f} submissions/min")
         sandbox = False if args.no_sandbox else "auto"
+        # like nbgrader's generate_assignment above, the grading template is made once per
+        # course version (cached), not per run: make it before the clock starts
+        pipeline.template_cache(root, days)
         t0 = time.monotonic()
         results = pipeline.grade(root, subs, days=days, jobs=args.jobs, sandbox=sandbox,
                                  resume=False)

@@ -835,6 +835,32 @@ def prepare_template(root: Path, days: list[str], template: Path) -> None:
     sb.hidden_bundle(root, template / "hidden.json")
 
 
+def template_cache(root: Path, days: list[str]) -> Path:
+    """A generated grading template for ``days``, made once per version of the course.
+
+    Like an instructor's one-off ``nbgrader generate_assignment``: kept in
+    ``$TFS_GRADING_CACHE`` (default ``~/.cache/transformers-from-scratch/grading``, which
+    the sandbox hides), keyed by the course fingerprint of each day.
+    """
+    base = Path(os.environ.get("TFS_GRADING_CACHE") or
+                Path.home() / ".cache" / "transformers-from-scratch" / "grading")
+    key = hashlib.sha256(json.dumps(
+        [course_fingerprint(root, d) for d in sorted(days)]).encode()).hexdigest()[:20]
+    target = base / key
+    if (target / "hidden.json").is_file():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o700)
+    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=base))
+    prepare_template(root, sorted(days), tmp / "t")
+    try:
+        os.replace(tmp / "t", target)
+    except OSError:
+        pass  # another run made it first
+    shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def _settings(sandboxed: bool, limits, tamper: bool) -> dict:
     from autograder.sandbox import Limits
 
@@ -883,6 +909,8 @@ def grade(
     sandboxed = sandbox_mode(sandbox)
     settings = _settings(sandboxed, limits, tamper)
     hide = [str(Path(submissions).resolve())] if submissions else []
+    if os.environ.get("TFS_GRADING_CACHE"):
+        hide.append(str(Path(os.environ["TFS_GRADING_CACHE"]).resolve()))
     if results_dir is not None:
         hide.append(str(Path(results_dir).resolve()))
     hide += sorted({str(Path(p).resolve().parent.parent.parent) for _, _, p in work if p})
@@ -933,8 +961,7 @@ def grade(
     if todo:
         lim = settings["limits"]
         with tempfile.TemporaryDirectory(prefix="tfs-grade-") as tmp:
-            template = Path(tmp) / "template"
-            prepare_template(root, days, template)
+            template = template_cache(root, days)
             if dask_scheduler:
                 from autograder.distributed import grade_on_cluster
 
