@@ -106,7 +106,7 @@ def _reference_epoch(model, batches, lr, max_grad_norm=None, zero_grad=True, cli
         if clip and max_grad_norm is not None:
             nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         sizes.append(len(labels))
     weighted = sum(v * n for v, n in zip(losses, sizes, strict=True)) / sum(sizes)
     return model, weighted, sum(losses) / len(losses), losses
@@ -227,8 +227,9 @@ def check_evaluate(evaluate) -> None:
         logits = model.linear(torch.tanh(inputs))
     exp_loss = float(F.cross_entropy(logits, labels))
     exp_acc = float((logits.argmax(-1) == labels).double().mean())
-    batch_mean = sum(float(F.cross_entropy(model.linear(torch.tanh(x)), y)) for x, y in batches)
-    batch_mean /= len(batches)
+    with torch.no_grad():
+        batch_mean = sum(float(F.cross_entropy(model.linear(torch.tanh(x)), y))
+                         for x, y in batches) / len(batches)
     compare(torch.tensor([accuracy], dtype=torch.float64),
             torch.tensor([exp_acc], dtype=torch.float64), "accuracy",
             {"you returned a percentage: return the accuracy as a fraction in [0, 1]":
