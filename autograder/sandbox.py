@@ -180,19 +180,32 @@ def _apply_rlimits(limits: dict) -> None:
     setl(resource.RLIMIT_CORE, 0)
 
 
+# Top-level folders of the system that the kernel sees (read-only); all others are hidden.
+SYSTEM_TOP_DIRS = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev",
+                   "proc", "sys", "run", "tmp", "var"}
+
+
 def bwrap_argv(spec: Spec, bwrap: str) -> list[str]:
     """The bubblewrap command line (without the kernel command)."""
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
     hidden = []
-    for h in spec.hide:
+    # Every top-level folder that is not part of the system (/work, /root, /home, /opt, /srv...)
+    # is hidden too: another checkout of the course, with its hidden tests, may live anywhere
+    # there. What the kernel needs from them (the Python environment, course/, the datasets)
+    # is bound back read-only below.
+    tops = [f"/{e}" for e in sorted(os.listdir("/"))
+            if e not in SYSTEM_TOP_DIRS and os.path.isdir(f"/{e}") and not os.path.islink(f"/{e}")]
+    for h in [*tops, *spec.hide]:
         p = os.path.realpath(h)
         if os.path.isdir(p) and p not in ("/", "/tmp") and p not in hidden:
             hidden.append(p)
-    # Parents first, so a folder hidden inside another hidden folder does not fail.
+    # Parents first, so a folder hidden inside another hidden folder does not fail. A folder
+    # under /tmp is hidden as well: the kernel's /tmp is empty, but an empty read-only mount
+    # keeps the course's own path unwritable there too.
     for p in sorted(hidden, key=len):
-        if any(p.startswith(q + os.sep) for q in hidden if q != p) or p.startswith("/tmp/"):
-            continue  # already covered by a hidden parent (or by the empty /tmp)
+        if any(p.startswith(q + os.sep) for q in hidden if q != p):
+            continue  # already covered by a hidden parent
         argv += ["--perms", "0555", "--tmpfs", p]  # empty and read-only
     for rb in spec.ro_bind:
         p = os.path.realpath(rb)
