@@ -51,8 +51,8 @@ class GradingKernelManager(AsyncKernelManager):
 
 def reset_events() -> None:
     EVENTS.clear()
-    EVENTS.update(timeout=False, kernel_died=False, output_truncated=False, tamper=[],
-                  guard=False, skipped=0)
+    EVENTS.update(timeout=False, kernel_died=False, kernel_exit=None, output_truncated=False,
+                  tamper=[], guard=False, guard_memory=False, skipped=0)
 
 
 reset_events()
@@ -132,6 +132,7 @@ class GuardedExecute(Execute):
             return cell
         except DeadKernelError:
             EVENTS["kernel_died"] = True
+            EVENTS["kernel_exit"] = await self._exit_code()
             self._stopped = "the kernel died earlier in the notebook"
             cell.outputs = list(cell.get("outputs", [])) + [NotebookNode(
                 output_type="error", ename="DeadKernelError",
@@ -141,6 +142,21 @@ class GuardedExecute(Execute):
             return cell
 
     execute_cell = run_sync(async_execute_cell)
+
+    async def _exit_code(self) -> int | None:
+        """The dead kernel's exit status (negative: killed by that signal), if known."""
+        try:
+            prov = self.km.provisioner
+            for _ in range(20):  # the process may take a moment to be reaped
+                code = prov.poll()
+                if asyncio.iscoroutine(code):
+                    code = await code
+                if code is not None:
+                    return code
+                await asyncio.sleep(0.05)
+        except Exception:  # noqa: BLE001 - no provisioner: the status says "unknown"
+            pass
+        return None
 
     async def _run_guard(self) -> None:
         from autograder.sandbox import GUARD_EXPR
@@ -161,6 +177,9 @@ class GuardedExecute(Execute):
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             res = msg["content"].get("user_expressions", {}).get("g", {})
+            if res.get("status") != "ok" and res.get("ename") == "MemoryError":
+                EVENTS["guard_memory"] = True  # out of memory, not tampering
+                return
             if res.get("status") != "ok":
                 EVENTS["tamper"].append("the grading guard was removed or broken: "
                                         + str(res.get("ename", "")))

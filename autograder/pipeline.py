@@ -460,6 +460,21 @@ def _worker_setup(template: Path, course_root: Path, base: Path, sandbox: bool) 
     return work
 
 
+def _exit_words(code: int | None) -> str:
+    """A kernel's exit status in words. bwrap exits 128+N when its child died of signal N."""
+    import signal
+
+    if code is None:
+        return "exit status unknown"
+    sig = -code if code < 0 else code - 128 if code > 128 else 0
+    if sig:
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exit code {code}"
+
+
 def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                  ) -> tuple[str, list[str]]:
     """The status of a notebook that nbgrader executed, and the reasons behind it."""
@@ -472,14 +487,22 @@ def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                 text = f"{out.get('ename', '')}: {out.get('evalue', '')}"
                 if any(w in text.lower() for w in mem_words):
                     mem.append(text[:200])
+    if events.get("guard_memory"):
+        mem.append("MemoryError while the grading guard ran")
     notes = []
     if events.get("tamper"):
         return "tampered", list(events["tamper"])
     if events.get("kernel_died"):
         if any(w in kernel_log.lower() for w in mem_words):
             return "memory-limit", ["the kernel died when it ran out of memory"]
+        if mem:
+            # Out of address space, C code (zmq, a thread start) may crash instead of raising:
+            # a death after a memory error is the memory limit's doing.
+            return "memory-limit", [f"hit the memory limit ({mem[0]}), then the kernel died "
+                                    f"({_exit_words(events.get('kernel_exit'))})"]
         return "kernel-died", ["the kernel died (os._exit, a crash, or the CPU-time limit); "
-                               "cells after it were not run"]
+                               "cells after it were not run; "
+                               + _exit_words(events.get("kernel_exit"))]
     if events.get("timeout"):
         return "timeout", ["a cell ran past its time limit and was interrupted"]
     if mem:

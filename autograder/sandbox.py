@@ -203,10 +203,12 @@ def bwrap_argv(spec: Spec, bwrap: str) -> list[str]:
     # Parents first, so a folder hidden inside another hidden folder does not fail. A folder
     # under /tmp is hidden as well: the kernel's /tmp is empty, but an empty read-only mount
     # keeps the course's own path unwritable there too.
+    covered = []
     for p in sorted(hidden, key=len):
         if any(p.startswith(q + os.sep) for q in hidden if q != p):
             continue  # already covered by a hidden parent
-        argv += ["--perms", "0555", "--tmpfs", p]  # empty and read-only
+        argv += ["--perms", "0555", "--tmpfs", p]  # empty (read-only: see --remount-ro)
+        covered.append(p)
     for rb in spec.ro_bind:
         p = os.path.realpath(rb)
         if os.path.exists(p):
@@ -214,6 +216,11 @@ def bwrap_argv(spec: Spec, bwrap: str) -> list[str]:
     for rw in (spec.private, spec.workdir):
         p = os.path.realpath(rw)
         argv += ["--bind", p, p]
+    # Binding a folder inside a hidden one makes bwrap create its parents in the tmpfs, and
+    # those are writable (a course whose .venv lives inside it). Remount every hidden tmpfs
+    # read-only once all binds are in place; the binds themselves keep their own flags.
+    for p in covered:
+        argv += ["--remount-ro", p]
     argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--unshare-cgroup-try", "--cap-drop", "ALL", "--die-with-parent",
              "--hostname", "sandbox",
@@ -454,6 +461,9 @@ def prepare_private(private: Path) -> dict:
         "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
+        # glibc reserves 64 MiB of address space per thread arena; under RLIMIT_AS that
+        # reservation (not real use) would eat the kernel's memory limit thread by thread.
+        "MALLOC_ARENA_MAX": "2",
     }
 
 

@@ -181,3 +181,40 @@ def test_a_worker_that_dies_costs_one_status(root, tmp_path):
     by = {r.student: r for r in results}
     assert by["killer"].status in ("environment-error", "kernel-died"), by["killer"]
     assert by["bad"].status == "unreadable"
+
+
+def _nb_with_error(ename, evalue):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[])]
+    nb.cells = [cell]
+    return nb
+
+
+@pytest.mark.parametrize("events, nb, log, want", [
+    # out of address space, the kernel often segfaults in a later cell (bwrap exits 139)
+    ({"kernel_died": True, "kernel_exit": 139},
+     _nb_with_error("RuntimeError", "DefaultCPUAllocator: can't allocate memory"), "",
+     "memory-limit"),
+    ({"kernel_died": True, "kernel_exit": 134}, _nb_with_error("ValueError", "x"),
+     "terminate called after throwing an instance of 'std::bad_alloc'", "memory-limit"),
+    ({"kernel_died": True, "kernel_exit": 1}, _nb_with_error("ValueError", "x"), "",
+     "kernel-died"),
+    # the guard failing with MemoryError is the memory limit, not tampering
+    ({"guard_memory": True, "tamper": []}, _nb_with_error("ValueError", "x"), "",
+     "memory-limit"),
+    ({"timeout": True}, _nb_with_error("ValueError", "x"), "", "timeout"),
+])
+def test_status_from_events(events, nb, log, want):
+    """Does each way a kernel can fail map to the status an instructor would expect?"""
+    status, notes = pipeline._status_from(events, nb, log)
+    assert status == want, notes
+    assert notes
+
+
+def test_exit_words_name_the_signal():
+    """Is a crash reported by its signal name (bwrap exits 128+N), not a bare number?"""
+    assert pipeline._exit_words(139) == "killed by SIGSEGV"
+    assert pipeline._exit_words(-9) == "killed by SIGKILL"
+    assert pipeline._exit_words(1) == "exit code 1"
+    assert pipeline._exit_words(None) == "exit status unknown"

@@ -177,3 +177,28 @@ def test_hidden_bundle_holds_the_checks_only(root, tmp_path):
     data = json.loads(path.read_text())
     assert "autograder.checks" in data and f"autograder.checks.{S.DAY[:5]}" in data
     assert all(k == "autograder" or k.startswith("autograder.checks") for k in data)
+
+
+def test_folders_made_for_binds_are_read_only(tmp_path):
+    """With a folder bound back inside a hidden one (a .venv inside the course), can the kernel
+    write next to it? bwrap creates the parents in the tmpfs; they must not be writable."""
+    ok, why = sandbox.available()
+    if not ok:
+        pytest.skip(why)
+    import subprocess
+
+    course = tmp_path / "course-root"
+    (course / ".venv").mkdir(parents=True)
+    private, work = tmp_path / "p", tmp_path / "w"
+    private.mkdir()
+    work.mkdir()
+    spec = sandbox.Spec(sandbox=True, limits=Limits().to_json(), private=str(private),
+                        workdir=str(work), hide=[str(course)], ro_bind=[str(course / ".venv")])
+    argv = sandbox.bwrap_argv(spec, sandbox.bwrap_path())
+    script = (f"touch {course}/HACKED 2>/dev/null && echo WROTE-COURSE; "
+              f"touch {course}/.venv/HACKED 2>/dev/null && echo WROTE-VENV; "
+              f"touch {work}/ok && echo WROTE-WORK")
+    out = subprocess.run([*argv, "--", "sh", "-c", script], capture_output=True, text=True,
+                         timeout=60).stdout
+    assert out.split() == ["WROTE-WORK"], out
+    assert not (course / "HACKED").exists() and (work / "ok").exists()
