@@ -51,6 +51,13 @@ SELF_CHECKS: dict[tuple[str, str], str] = {
     ("day06_encoder_layer", "TransformerEncoderLayer"): "course.checks.day06:check_encoder_layer",
     ("day07_transformer_classifier", "TransformerClassifier"):
         "course.checks.day07:check_classifier",
+    ("day08_mnist_as_sequences", "SequenceClassifier"): "course.checks.day08:check_classifier",
+    ("day09_training_loop", "train_one_epoch"): "course.checks.day09:check_train_one_epoch",
+    ("day09_training_loop", "evaluate"): "course.checks.day09:check_evaluate",
+    ("day09_training_loop", "warmup_cosine_schedule"):
+        "course.checks.day09:check_warmup_cosine_schedule",
+    # Days 13-14 need a TinyGPT that runs and is causal; its exact size is Day 12's business.
+    ("day12_causal_attention_tinygpt", "TinyGPT"): "course.checks.day12:check_tinygpt_runs",
 }
 
 _CACHE: dict[tuple[str, int], dict[str, Any]] = {}
@@ -192,7 +199,8 @@ def _self_check(day: str, name: str, obj: Any) -> str:
     return ""
 
 
-def load_previous(day: str, *names: str, folder: str | os.PathLike | None = None) -> Any:
+def load_previous(day: str, *names: str, folder: str | os.PathLike | None = None,
+                  notebook: str | os.PathLike | None = None) -> Any:
     """The objects ``names`` from the learner's notebook of ``day``, or the course's stand-ins.
 
     Args:
@@ -200,6 +208,7 @@ def load_previous(day: str, *names: str, folder: str | os.PathLike | None = None
         *names: one or more names defined in that notebook's answer cells.
         folder: the folder holding the day folders (default: the parent of the working
             directory, i.e. the folder next to today's notebook folder).
+        notebook: the notebook file itself, instead of ``folder/day/day.ipynb``.
 
     Returns:
         The object itself for one name, a tuple for several (in the order asked).
@@ -219,7 +228,7 @@ def load_previous(day: str, *names: str, folder: str | os.PathLike | None = None
              "today's notebook is graded on today's code only.")
         return found[0] if len(found) == 1 else tuple(found)
 
-    path = _notebook_path(day, folder)
+    path = Path(notebook) if notebook is not None else _notebook_path(day, folder)
     namespace: dict[str, Any] = {}
     problem_all = ""
     if not path.is_file():

@@ -6,12 +6,16 @@ graded on that day's code alone. Each stand-in has the exact constructor signatu
 names and forward signature of the course's contract, so code written against the contract (and
 the hidden tests, which read ``attn.W_Q`` or ``layer.norm1``) works with either. They are not
 the from-scratch solutions: the arithmetic is delegated to ``F.multi_head_attention_forward``,
-``F.scaled_dot_product_attention``, ``F.layer_norm``, ``F.gelu`` and ``torch.polar``.
+``F.scaled_dot_product_attention``, ``F.layer_norm``, ``F.gelu`` and ``torch.polar``. Day 8's
+``SequenceClassifier`` is assembled from those, and Day 9's training functions are the plain
+loops any correct answer computes (there is no built-in to delegate them to).
 
 Letters in shape comments: B batch, T sequence length, C = d_model, H heads.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -22,9 +26,14 @@ __all__ = [
     "LayerNorm",
     "LearnedPositionalEncoding",
     "MultiHeadSelfAttention",
+    "SequenceClassifier",
     "SinusoidalPositionalEncoding",
+    "TinyGPT",
     "TransformerEncoderLayer",
+    "evaluate",
     "scaled_dot_product_attention",
+    "train_one_epoch",
+    "warmup_cosine_schedule",
     "STANDINS",
 ]
 
@@ -177,6 +186,124 @@ class TransformerEncoderLayer(nn.Module):
         return x + self.dropout(self.ffn(self.norm2(x)))
 
 
+class SequenceClassifier(nn.Module):
+    """Day 8's contract, built on the stand-ins above.
+
+    ``input_proj`` (Linear input_dim -> d_model), ``cls_token`` (1, 1, d_model),
+    ``pos_encoding`` (sinusoidal, for max_len + 1 positions), ``layers`` (ModuleList of Pre-LN
+    encoder layers), ``norm`` (final LayerNorm), ``head`` (Linear d_model -> num_classes).
+    ``forward(x)``: (B, T, input_dim) -> logits (B, num_classes), read at the CLS position 0.
+    """
+
+    def __init__(self, input_dim: int, num_classes: int, d_model: int, num_heads: int,
+                 d_ff: int, num_layers: int, max_len: int) -> None:
+        super().__init__()
+        self.input_proj = nn.Linear(input_dim, d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.pos_encoding = SinusoidalPositionalEncoding(d_model, max_len + 1)
+        self.layers = nn.ModuleList(TransformerEncoderLayer(d_model, num_heads, d_ff)
+                                    for _ in range(num_layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, num_classes)
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.input_proj(x)                                       # (B, T, C)
+        h = torch.cat([self.cls_token.expand(len(h), -1, -1), h], 1)  # (B, T + 1, C)
+        h = self.pos_encoding(h)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(self.norm(h)[:, 0])                         # (B, classes)
+
+
+def train_one_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
+                    scheduler=None, max_grad_norm: float | None = 1.0) -> float:
+    """Day 9's contract: one pass over ``loader``; the example-weighted mean training loss."""
+    model.train()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for inputs, labels in loader:
+        inputs, labels = inputs.to(device), labels.to(device)
+        loss = F.cross_entropy(model(inputs), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        total += loss.item() * len(labels)
+        count += len(labels)
+    return total / max(count, 1)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader) -> tuple[float, float]:
+    """Day 9's contract: (mean loss, accuracy in [0, 1]) in eval mode, without gradients."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, correct, count = 0.0, 0, 0
+    for inputs, labels in loader:
+        inputs, labels = inputs.to(device), labels.to(device)
+        logits = model(inputs)
+        total += float(F.cross_entropy(logits, labels, reduction="sum"))
+        correct += int((logits.argmax(-1) == labels).sum())
+        count += len(labels)
+    return total / max(count, 1), correct / max(count, 1)
+
+
+def warmup_cosine_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int,
+                           total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Day 9's contract: linear warm-up from 0, then cosine decay to 0 at ``total_steps``."""
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return step / max(1, warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class TinyGPT(nn.Module):
+    """A GPT built from ``nn.TransformerEncoderLayer`` (Pre-LN, GELU, causal mask).
+
+    The same constructor and ``forward`` as Day 12's ``TinyGPT``:
+    ``TinyGPT(vocab_size, d_model=256, num_heads=4, num_layers=4, n_ctx=128)``,
+    ``forward(idx)`` with idx (B, N) long -> logits (B, N, vocab_size). It differs in detail
+    (PyTorch's attention has biases), so its parameter count is a little larger.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 256, num_heads: int = 4,
+                 num_layers: int = 4, n_ctx: int = 128) -> None:
+        super().__init__()
+        self.n_ctx = n_ctx
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(n_ctx, d_model)
+        self.blocks = nn.ModuleList([
+            nn.TransformerEncoderLayer(d_model, num_heads, dim_feedforward=4 * d_model,
+                                       dropout=0.0, activation="gelu", batch_first=True,
+                                       norm_first=True)
+            for _ in range(num_layers)
+        ])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        # float("-inf") above the diagonal: the additive form nn.TransformerEncoderLayer takes.
+        upper = torch.triu(torch.ones(n_ctx, n_ctx, dtype=torch.bool), diagonal=1)
+        self.register_buffer("attn_bias", torch.zeros(n_ctx, n_ctx).masked_fill(upper, -math.inf),
+                             persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        _, n = idx.shape
+        if n > self.n_ctx:
+            raise ValueError(f"sequence length {n} exceeds n_ctx = {self.n_ctx}")
+        x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device))   # (B, N, D)
+        bias = self.attn_bias[:n, :n].to(x.dtype)                            # (N, N)
+        for block in self.blocks:
+            x = block(x, src_mask=bias, is_causal=True)                      # (B, N, D)
+        return self.head(self.ln_f(x))                                       # (B, N, V)
+
+
 # Which stand-in replaces which learner object: {assignment: {name: object}}.
 STANDINS: dict[str, dict[str, object]] = {
     "day02_queries_keys_values": {
@@ -193,4 +320,11 @@ STANDINS: dict[str, dict[str, object]] = {
         "TransformerEncoderLayer": TransformerEncoderLayer,
         "MultiHeadSelfAttention": MultiHeadSelfAttention,
     },
+    "day08_mnist_as_sequences": {"SequenceClassifier": SequenceClassifier},
+    "day09_training_loop": {
+        "train_one_epoch": train_one_epoch,
+        "evaluate": evaluate,
+        "warmup_cosine_schedule": warmup_cosine_schedule,
+    },
+    "day12_causal_attention_tinygpt": {"TinyGPT": TinyGPT},
 }

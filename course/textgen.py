@@ -1,8 +1,9 @@
 """Helpers for Days 12-14 (text generation): figures, a stand-in model, widgets.
 
-Nothing here is an exercise's answer. The stand-in :class:`ReferenceTinyGPT` is assembled from
-PyTorch's own ``nn.TransformerEncoderLayer`` (not from the Day 12 exercises), so that Days 13 and
-14 can run, and be graded, on their own code alone:
+Nothing here is an exercise's answer. The stand-in :class:`ReferenceTinyGPT` (defined in
+:mod:`course.standins` as ``TinyGPT``) is assembled from PyTorch's own
+``nn.TransformerEncoderLayer`` (not from the Day 12 exercises), so that Days 13 and 14 can run,
+and be graded, on their own code alone:
 
 - :func:`load_tinygpt` returns the learner's ``TinyGPT`` from their Day 12 notebook when it
   exists and works, otherwise (and always while nbgrader grades) the stand-in.
@@ -14,15 +15,18 @@ PyTorch's own ``nn.TransformerEncoderLayer`` (not from the Day 12 exercises), so
 
 from __future__ import annotations
 
-import json
+import contextlib
+import io
 import math
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
+
+from course.previous import load_previous
+from course.standins import TinyGPT as ReferenceTinyGPT
 
 __all__ = [
     "ReferenceTinyGPT",
@@ -93,100 +97,19 @@ def plot_causal_influence(model: nn.Module, seq_len: int = 16, vocab_size: int |
 # --------------------------------------------------------------------------- stand-in model
 
 
-class ReferenceTinyGPT(nn.Module):
-    """A GPT built from ``nn.TransformerEncoderLayer`` (Pre-LN, GELU, causal mask).
-
-    The same constructor and ``forward`` as Day 12's ``TinyGPT``:
-    ``ReferenceTinyGPT(vocab_size, d_model=256, num_heads=4, num_layers=4, n_ctx=128)``,
-    ``forward(idx)`` with idx (B, N) long -> logits (B, N, vocab_size). It differs in detail
-    (PyTorch's attention has biases), so its parameter count is a little larger.
-    """
-
-    def __init__(self, vocab_size: int, d_model: int = 256, num_heads: int = 4,
-                 num_layers: int = 4, n_ctx: int = 128) -> None:
-        super().__init__()
-        self.n_ctx = n_ctx
-        self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(n_ctx, d_model)
-        self.blocks = nn.ModuleList([
-            nn.TransformerEncoderLayer(d_model, num_heads, dim_feedforward=4 * d_model,
-                                       dropout=0.0, activation="gelu", batch_first=True,
-                                       norm_first=True)
-            for _ in range(num_layers)
-        ])
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-        # float("-inf") above the diagonal: the additive form nn.TransformerEncoderLayer takes.
-        upper = torch.triu(torch.ones(n_ctx, n_ctx, dtype=torch.bool), diagonal=1)
-        self.register_buffer("attn_bias", torch.zeros(n_ctx, n_ctx).masked_fill(upper, -math.inf),
-                             persistent=False)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        _, n = idx.shape
-        if n > self.n_ctx:
-            raise ValueError(f"sequence length {n} exceeds n_ctx = {self.n_ctx}")
-        x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device))   # (B, N, D)
-        bias = self.attn_bias[:n, :n].to(x.dtype)                            # (N, N)
-        for block in self.blocks:
-            x = block(x, src_mask=bias, is_causal=True)                      # (B, N, D)
-        return self.head(self.ln_f(x))                                       # (B, N, V)
-
-
-def _grading() -> bool:
-    return bool(os.environ.get("NBGRADER_EXECUTION"))
-
-
-def _solution_cells(notebook: Path) -> list[str]:
-    nb = json.loads(notebook.read_text(encoding="utf-8"))
-    out = []
-    for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.get("cell_type") == "code" and meta.get("solution"):
-            src = cell.get("source", "")
-            out.append("".join(src) if isinstance(src, list) else src)
-    return out
-
-
 def load_tinygpt(notebook: str | Path | None = None, verbose: bool = True) -> type[nn.Module]:
     """The ``TinyGPT`` class to build on: yours from Day 12 if it works, else the stand-in.
 
-    Runs the answer cells of ``../day12_causal_attention_tinygpt/day12_causal_attention_tinygpt
-    .ipynb`` (or ``notebook``) in a fresh namespace, then checks that a small model runs and is
-    causal. While nbgrader grades (``NBGRADER_EXECUTION`` is set) it always returns
-    :class:`ReferenceTinyGPT`, so that each day's grade depends on that day's code only.
+    A thin wrapper over :func:`course.previous.load_previous` for Day 12's ``TinyGPT`` (the
+    same rules: your class if it runs and is causal, the stand-in when it is missing, broken,
+    or nbgrader is grading). ``notebook`` is the Day 12 notebook file (default:
+    ``../day12_causal_attention_tinygpt/day12_causal_attention_tinygpt.ipynb``); ``verbose``
+    False hides the line that says which class is used, and why.
     """
-    def say(msg: str) -> None:
-        if verbose:
-            print(msg)
-
-    if _grading():
-        say("TinyGPT: using the stand-in built from nn.TransformerEncoderLayer (grading run)")
-        return ReferenceTinyGPT
-    path = Path(notebook) if notebook else Path.cwd().parent / DAY12 / f"{DAY12}.ipynb"
-    if not path.is_file():
-        say(f"TinyGPT: {path} not found; using the stand-in built from nn.TransformerEncoderLayer")
-        return ReferenceTinyGPT
-    namespace: dict = {"__name__": "day12_answers"}
-    prelude = ("import math\nimport torch\nimport torch.nn as nn\n"
-               "import torch.nn.functional as F\n")
-    try:
-        exec(compile(prelude + "\n\n".join(_solution_cells(path)), str(path), "exec"),
-             namespace)
-        cls = namespace["TinyGPT"]
-        model = cls(11, d_model=16, num_heads=2, num_layers=1, n_ctx=8).eval()
-        idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
-        changed = idx.clone()
-        changed[:, 5:] = (changed[:, 5:] + 1) % 11
-        with torch.no_grad():
-            a, b = model(idx), model(changed)
-        if tuple(a.shape) != (2, 8, 11) or not torch.allclose(a[:, :5], b[:, :5], atol=1e-5):
-            raise ValueError("wrong logits shape or not causal")
-    except Exception as exc:  # noqa: BLE001 - any problem in Day 12 means: use the stand-in
-        say(f"TinyGPT: your Day 12 model does not run yet ({type(exc).__name__}: {exc}); "
-            "using the stand-in built from nn.TransformerEncoderLayer")
-        return ReferenceTinyGPT
-    say(f"TinyGPT: using your class from {path.name}")
-    return cls
+    if verbose:
+        return load_previous(DAY12, "TinyGPT", notebook=notebook)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return load_previous(DAY12, "TinyGPT", notebook=notebook)
 
 
 # --------------------------------------------------------------------------- Day 13 figures

@@ -6,10 +6,9 @@
   once at the end when nbgrader executes the notebook).
 - Figures that use the learner's model: :func:`plot_digits`, :func:`plot_confusion_matrix`,
   :func:`plot_curves`, :func:`plot_cls_attention`.
-- Stand-ins for Day 8's ``SequenceClassifier`` and Day 9's training functions, registered with
-  :mod:`course.previous` so that later days can ``load_previous`` them. Like
-  :mod:`course.standins` they exist so that a learner stuck on one day can do the next, and so
-  that each day is graded on its own code only.
+- Day 10's training set-ups to diagnose, built on the stand-ins for Day 8's
+  ``SequenceClassifier`` and Day 9's training functions (which live in :mod:`course.standins`
+  and are re-exported here).
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ from collections.abc import Callable, Sequence
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from course import previous, standins
+from course.standins import SequenceClassifier, evaluate, train_one_epoch, warmup_cosine_schedule
 
 __all__ = [
     "LiveMonitor",
@@ -249,106 +247,6 @@ def plot_cls_attention(images: torch.Tensor, cls_attention: torch.Tensor, patch_
     fig.colorbar(im, ax=axes[1, :].tolist(), shrink=0.8, label="attention weight")
     fig.suptitle(title)
     return fig
-
-
-# --------------------------------------------------------------------------------------------
-# Stand-ins for Days 8 and 9 (used by load_previous on later days)
-# --------------------------------------------------------------------------------------------
-
-class SequenceClassifier(nn.Module):
-    """Day 8's contract, built on :mod:`course.standins`.
-
-    ``input_proj`` (Linear input_dim -> d_model), ``cls_token`` (1, 1, d_model),
-    ``pos_encoding`` (sinusoidal, for max_len + 1 positions), ``layers`` (ModuleList of Pre-LN
-    encoder layers), ``norm`` (final LayerNorm), ``head`` (Linear d_model -> num_classes).
-    ``forward(x)``: (B, T, input_dim) -> logits (B, num_classes), read at the CLS position 0.
-    """
-
-    def __init__(self, input_dim: int, num_classes: int, d_model: int, num_heads: int,
-                 d_ff: int, num_layers: int, max_len: int) -> None:
-        super().__init__()
-        self.input_proj = nn.Linear(input_dim, d_model)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
-        self.pos_encoding = standins.SinusoidalPositionalEncoding(d_model, max_len + 1)
-        self.layers = nn.ModuleList(standins.TransformerEncoderLayer(d_model, num_heads, d_ff)
-                                    for _ in range(num_layers))
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, num_classes)
-        nn.init.normal_(self.head.weight, std=0.02)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.input_proj(x)                                       # (B, T, C)
-        h = torch.cat([self.cls_token.expand(len(h), -1, -1), h], 1)  # (B, T + 1, C)
-        h = self.pos_encoding(h)
-        for layer in self.layers:
-            h = layer(h)
-        return self.head(self.norm(h)[:, 0])                         # (B, classes)
-
-
-def train_one_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
-                    scheduler=None, max_grad_norm: float | None = 1.0) -> float:
-    """Day 9's contract: one pass over ``loader``; the example-weighted mean training loss."""
-    model.train()
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    for inputs, labels in loader:
-        inputs, labels = inputs.to(device), labels.to(device)
-        loss = F.cross_entropy(model(inputs), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        total += loss.item() * len(labels)
-        count += len(labels)
-    return total / max(count, 1)
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, loader) -> tuple[float, float]:
-    """Day 9's contract: (mean loss, accuracy in [0, 1]) in eval mode, without gradients."""
-    model.eval()
-    device = next(model.parameters()).device
-    total, correct, count = 0.0, 0, 0
-    for inputs, labels in loader:
-        inputs, labels = inputs.to(device), labels.to(device)
-        logits = model(inputs)
-        total += float(F.cross_entropy(logits, labels, reduction="sum"))
-        correct += int((logits.argmax(-1) == labels).sum())
-        count += len(labels)
-    return total / max(count, 1), correct / max(count, 1)
-
-
-def warmup_cosine_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int,
-                           total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Day 9's contract: linear warm-up from 0, then cosine decay to 0 at ``total_steps``."""
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return step / max(1, warmup_steps)
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def _register() -> None:
-    """Make Days 8 and 9 available to ``load_previous`` (stand-ins and quick self-checks)."""
-    standins.STANDINS.setdefault("day08_mnist_as_sequences", {}).setdefault(
-        "SequenceClassifier", SequenceClassifier)
-    day09 = standins.STANDINS.setdefault("day09_training_loop", {})
-    for fn in (train_one_epoch, evaluate, warmup_cosine_schedule):
-        day09.setdefault(fn.__name__, fn)
-    previous.SELF_CHECKS.setdefault(("day08_mnist_as_sequences", "SequenceClassifier"),
-                                    "course.checks.day08:check_classifier")
-    for name in ("train_one_epoch", "evaluate", "warmup_cosine_schedule"):
-        previous.SELF_CHECKS.setdefault(("day09_training_loop", name),
-                                        f"course.checks.day09:check_{name}")
-
-
-_register()
 
 
 # --------------------------------------------------------------------------------------------

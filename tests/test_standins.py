@@ -94,3 +94,25 @@ def test_sdpa_weights_rows_sum_to_one():
     out, w = standins.scaled_dot_product_attention(Q, K, V)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, dtype=torch.float64))
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(Q, K, V))
+
+
+def test_days_8_and_9_are_registered_without_course_training():
+    """Are the Day 8/9 stand-ins and their self-checks known to load_previous by importing
+    course.previous alone (no import-time side effect of another module)?"""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from course import previous, standins\n"
+        "assert 'course.training' not in sys.modules\n"
+        "for day, name in [('day08_mnist_as_sequences', 'SequenceClassifier'),\n"
+        "                  ('day09_training_loop', 'train_one_epoch'),\n"
+        "                  ('day09_training_loop', 'evaluate'),\n"
+        "                  ('day09_training_loop', 'warmup_cosine_schedule')]:\n"
+        "    assert name in standins.STANDINS[day], (day, name)\n"
+        "    assert (day, name) in previous.SELF_CHECKS, (day, name)\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -75,7 +75,7 @@ def test_load_tinygpt_unfinished_answer(monkeypatch, tmp_path, capsys):
     """Does an unfinished Day 12 (NotImplementedError) fall back and say why?"""
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     nb = tmp_path / "day12.ipynb"
-    _notebook(nb, "class TinyGPT(nn.Module):\n"
+    _notebook(nb, "import torch.nn as nn", "class TinyGPT(nn.Module):\n"
                   "    def __init__(self, *a, **k):\n"
                   "        super().__init__()\n"
                   "        raise NotImplementedError()\n")

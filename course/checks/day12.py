@@ -61,3 +61,22 @@ def check_tinygpt(TinyGPT) -> None:
         raise CheckFailure(f"TinyGPT(65) has {n:,} parameters, expected 3,221,504; see the "
                            "counting table further down.")
     passed("TinyGPT: logits (3, 10, 20); TinyGPT(65) has 3,221,504 parameters")
+
+
+def check_tinygpt_runs(TinyGPT) -> None:
+    """What Days 13-14 need from Day 12's class: (B, N, V) logits, and causal.
+
+    Changing the tokens after position 4 must leave the logits at positions 0-4 unchanged.
+    """
+    model = call(TinyGPT, 11, d_model=16, num_heads=2, num_layers=1, n_ctx=8,
+                 name="TinyGPT(11, d_model=16, num_heads=2, num_layers=1, n_ctx=8)").eval()
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    changed = idx.clone()
+    changed[:, 5:] = (changed[:, 5:] + 1) % 11                        # (2, 8): future edited
+    with torch.no_grad():
+        a = expect_tensor(call(model, idx, name="TinyGPT forward"), "logits", shape=(2, 8, 11))
+        b = call(model, changed, name="TinyGPT forward")
+    if not torch.allclose(a[:, :5], b[:, :5], atol=1e-5):
+        raise CheckFailure("TinyGPT is not causal: changing tokens 5-7 changed the logits at "
+                           "positions 0-4. Mask the attention scores above the diagonal.")
+    passed("TinyGPT: logits (2, 8, 11), and later tokens do not change earlier logits")
