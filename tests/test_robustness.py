@@ -23,6 +23,7 @@ import submissions as S  # noqa: E402
 
 LIMITS = Limits(memory=int(1.5 * GiB), cell_timeout=15, notebook_timeout=45, output=1 * MiB,
                 file_size=64 * MiB)
+BATCH_SIZE = 50
 
 
 def _mutant_nb(root):
@@ -59,6 +60,10 @@ def batch(root, tmp_path_factory):
     mutant = _mutant_nb(root)
     for name, code in S.CHEATS.items():
         S.put(subs, name, S.with_cell(mutant, code))
+    # Classmates up to 50 submissions, so that the hanging one ("loop") sits among 50.
+    blank = S.release(root)
+    for i in range(BATCH_SIZE - len(list(subs.iterdir()))):
+        S.put(subs, f"peer-{i:02d}", ref if i % 2 else blank)
     out = tmp / "out"
     t0 = time.monotonic()
     results = pipeline.grade(root, subs, days=[S.DAY], jobs=2, results_dir=out,
@@ -101,6 +106,18 @@ def test_every_case_has_its_status(batch):
         assert got[student][0] == status, (student, got[student], batch["by"][student].detail)
         if score is not None:
             assert got[student][1] == score, (student, batch["by"][student].tests)
+
+
+def test_one_hanging_submission_among_50(batch):
+    """With one infinite loop among 50 submissions, is every other one graded as usual?"""
+    by = batch["by"]
+    assert len(by) == BATCH_SIZE
+    assert by["loop"].status == "timeout"
+    peers = [r for name, r in by.items() if name.startswith("peer-")]
+    assert len(peers) >= 20
+    for r in peers:
+        want = batch["full"] if int(r.student[-2:]) % 2 else 0.0
+        assert (r.status, r.score) == ("graded", want), (r.student, r.status, r.detail)
 
 
 def test_answer_cell_turned_into_markdown_is_restored(batch):
