@@ -4,8 +4,8 @@
   costs at most ``notebook_timeout`` seconds, then the remaining cells are skipped;
 - a dead kernel (``os._exit``, a crash, the memory limit) stops execution cleanly instead of
   losing the notebook, so the tests that already ran keep their points;
-- outputs are capped while they stream: past ``max_output`` bytes, further output is dropped
-  and the kernel is interrupted;
+- outputs are capped while they stream: the kernel's start-up script stops printing at the
+  source, and past ``max_output`` bytes this preprocessor drops any further output;
 - before each hidden test cell, the kernel's grading guard (installed by the start-up script,
   see ``autograder.sandbox.STARTUP``) undoes known cheats and reports them.
 
@@ -87,7 +87,6 @@ class GuardedExecute(Execute):
         self._deadline = monotonic() + self.notebook_timeout
         self._stopped = ""
         self._out_bytes = 0
-        self._interrupted_for_output = False
         return super().preprocess(nb, resources, km)
 
     # -- time budget -----------------------------------------------------------------
@@ -206,19 +205,15 @@ class GuardedExecute(Execute):
         self._out_bytes += _size(out)
         if self._out_bytes > self.max_output:
             EVENTS["output_truncated"] = True
-            # drop what crossed the line, say so once, and stop the cell that floods
+            # drop what crossed the line, and say so once
             if outs and outs[-1] is out:
                 outs.pop()
             outs.append(NotebookNode(
                 output_type="stream", name="stdout",
                 text=f"\n[output truncated: the notebook printed more than "
                      f"{self.max_output // 1024} KiB]\n"))
-            if not self._interrupted_for_output and self.km is not None:
-                self._interrupted_for_output = True
-                try:
-                    res = self.km.interrupt_kernel()
-                    if asyncio.iscoroutine(res):
-                        asyncio.ensure_future(res)
-                except Exception:  # noqa: BLE001
-                    pass
+            # No interrupt: the kernel's start-up script already caps printing at the source,
+            # and an interrupt landing inside ipykernel's output machinery was seen to hang the
+            # cell until its timeout. A cell that floods in other ways (display) is dropped
+            # here and bounded by the cell timeout.
         return out
