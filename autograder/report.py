@@ -64,6 +64,30 @@ def summarize(results: list[Result]) -> dict:
             "frequent": frequent, "status": status, "n": len(results)}
 
 
+
+def _bar_chart(path: Path, title: str, labels: list[str], values: list[float], *, xlabel: str,
+               colors, width: float, row_height: float,
+               xlim: tuple[float, float] | None = None) -> tuple[str, str]:
+    """One horizontal bar per label, first label on top, saved to ``path``.
+
+    Returns (file name, title) for the report's figure list.
+    """
+    import matplotlib.pyplot as plt  # the Agg backend is chosen by _figures
+
+    fig, ax = plt.subplots(figsize=(width, row_height * len(labels) + 1.2))
+    ax.barh(labels, values, color=colors)
+    ax.invert_yaxis()
+    if xlim is not None:
+        ax.set_xlim(*xlim)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name, title
+
+
 def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
     import matplotlib
 
@@ -94,33 +118,20 @@ def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
         figs.append(("scores.png", "Score distribution per day"))
     rates = summary["pass_rate"]
     if rates:
-        names = list(rates)
-        fig, ax = plt.subplots(figsize=(8, 0.32 * len(names) + 1.2))
-        vals = [100 * rates[k] for k in names]
-        ax.barh(names, vals, color=plt.get_cmap("viridis")([v / 100 * 0.8 + 0.1 for v in vals]))
-        ax.invert_yaxis()
-        ax.set_xlim(0, 100)
-        ax.set_xlabel("pass rate (% of graded submissions with full points)")
-        ax.set_title("Pass rate per graded cell")
-        ax.tick_params(axis="y", labelsize=7)
-        fig.tight_layout()
-        fig.savefig(out_dir / "pass_rate.png", dpi=110)
-        plt.close(fig)
-        figs.append(("pass_rate.png", "Pass rate per graded cell"))
+        vals = [100 * rates[k] for k in rates]
+        figs.append(_bar_chart(
+            out_dir / "pass_rate.png", "Pass rate per graded cell", list(rates), vals,
+            xlabel="pass rate (% of graded submissions with full points)",
+            colors=plt.get_cmap("viridis")([v / 100 * 0.8 + 0.1 for v in vals]),
+            width=8, row_height=0.32, xlim=(0, 100)))
     top = summary["frequent"][:10]
     if top:
-        fig, ax = plt.subplots(figsize=(9, 0.45 * len(top) + 1.2))
-        labels = [f"{x['grade_id']}: {x['diagnosis'][:60]}" for x in top]
-        vals = [100 * x["share"] for x in top]
-        ax.barh(labels, vals, color=plt.get_cmap("cividis")(0.6))
-        ax.invert_yaxis()
-        ax.set_xlabel("share of the day's graded submissions (%)")
-        ax.set_title("Most frequent diagnoses")
-        ax.tick_params(axis="y", labelsize=7)
-        fig.tight_layout()
-        fig.savefig(out_dir / "diagnoses.png", dpi=110)
-        plt.close(fig)
-        figs.append(("diagnoses.png", "Most frequent diagnoses"))
+        figs.append(_bar_chart(
+            out_dir / "diagnoses.png", "Most frequent diagnoses",
+            [f"{x['grade_id']}: {x['diagnosis'][:60]}" for x in top],
+            [100 * x["share"] for x in top],
+            xlabel="share of the day's graded submissions (%)",
+            colors=plt.get_cmap("cividis")(0.6), width=9, row_height=0.45))
     return figs
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,3 +20,15 @@ if os.environ.get("PATH", "").split(os.pathsep)[0] != _bindir:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def fresh_python():
+    """Run ``code`` in a new interpreter (this one's executable); returns the CompletedProcess.
+
+    For checks that need a clean ``sys.modules`` (what an import pulls in, or touches).
+    """
+    def run(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout)
+    return run

@@ -11,8 +11,6 @@ import os
 import pickle
 import shutil
 import socket
-import subprocess
-import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -102,7 +100,7 @@ def _register(monkeypatch, name: str, dataset: str, mirror_path: str, content: b
 
 # ---------------------------------------------------------------------------------------------
 
-def test_does_importing_the_module_stay_off_the_network():
+def test_does_importing_the_module_stay_off_the_network(fresh_python):
     """Does `import course.data` open no socket (checked in a fresh interpreter)?"""
     code = ("import socket\n"
             "def refuse(*a, **k):\n"
@@ -110,8 +108,7 @@ def test_does_importing_the_module_stay_off_the_network():
             "socket.socket.connect = socket.socket.connect_ex = refuse\n"
             "socket.create_connection = socket.getaddrinfo = refuse\n"
             "import course.data\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    done = fresh_python(code, timeout=60)
     assert done.returncode == 0, done.stderr
 
 
@@ -188,27 +185,27 @@ def test_does_a_real_http_download_work(cache, server):
     assert _leftovers(cache) == [path]  # no partial or compressed files left over
 
 
-@needs_mirror
-def test_is_a_corrupted_download_rejected_and_removed(cache, server):
-    """Does a download whose decompressed content is wrong raise and leave the cache empty?"""
-    base, www = server
-    raw = bytearray(gzip.decompress((MIRROR / "mnist" / "t10k-labels-idx1-ubyte.gz").read_bytes()))
-    raw[100] ^= 0xFF  # one flipped label byte
-    (www / "mnist").mkdir()
-    (www / "mnist" / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(bytes(raw)))
-    with pytest.raises(data.DatasetError, match="checksum"):
-        data.fetch("mnist-test-labels", base_url=base, progressbar=False)
-    assert _leftovers(cache) == []
+def _flip_one_label(blob: bytes) -> bytes:
+    raw = bytearray(gzip.decompress(blob))
+    raw[100] ^= 0xFF  # one flipped label byte: valid gzip, wrong content
+    return gzip.compress(bytes(raw))
+
+
+def _cut_in_half(blob: bytes) -> bytes:
+    return blob[: len(blob) // 2]  # a valid HTTP reply whose gzip stream stops midway
 
 
 @needs_mirror
-def test_is_a_truncated_gzip_download_rejected_and_removed(cache, server):
-    """Does a download cut in half (a valid HTTP reply) fail gunzip and leave nothing?"""
+@pytest.mark.parametrize("damage, message", [(_flip_one_label, "checksum"),
+                                             (_cut_in_half, "corrupted or truncated")],
+                         ids=["wrong content", "truncated gzip"])
+def test_is_a_damaged_download_rejected_and_removed(cache, server, damage, message):
+    """Does a download with wrong content, or a gzip cut in half, raise and leave nothing?"""
     base, www = server
     blob = (MIRROR / "mnist" / "t10k-labels-idx1-ubyte.gz").read_bytes()
     (www / "mnist").mkdir()
-    (www / "mnist" / "t10k-labels-idx1-ubyte.gz").write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(data.DatasetError, match="corrupted or truncated"):
+    (www / "mnist" / "t10k-labels-idx1-ubyte.gz").write_bytes(damage(blob))
+    with pytest.raises(data.DatasetError, match=message):
         data.fetch("mnist-test-labels", base_url=base, progressbar=False)
     assert _leftovers(cache) == []
 

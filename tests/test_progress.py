@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -116,14 +114,14 @@ def test_selfcheck_does_nothing_while_nbgrader_grades(monkeypatch, capsys):
     assert P.show_progress() == ""
 
 
-def test_learner_modules_import_no_grading_material():
+def test_learner_modules_import_no_grading_material(fresh_python):
     """Do course.progress and course.widgets load without the hidden tests or solutions?"""
     code = ("import sys, course.progress, course.widgets; "
             "bad = [m for m in sys.modules if m.startswith(('autograder', 'solutions'))]; "
             "print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    assert out == "[]"
+    done = fresh_python(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 def test_selfcheck_button_is_absent_while_grading_and_a_button_otherwise(monkeypatch):

@@ -96,12 +96,9 @@ def test_sdpa_weights_rows_sum_to_one():
     torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(Q, K, V))
 
 
-def test_days_8_and_9_are_registered_without_course_training():
+def test_days_8_and_9_are_registered_without_course_training(fresh_python):
     """Are the Day 8/9 stand-ins and their self-checks known to load_previous by importing
     course.previous alone (no import-time side effect of another module)?"""
-    import subprocess
-    import sys
-
     code = (
         "import sys\n"
         "from course import previous, standins\n"
@@ -113,6 +110,5 @@ def test_days_8_and_9_are_registered_without_course_training():
         "    assert name in standins.STANDINS[day], (day, name)\n"
         "    assert (day, name) in previous.SELF_CHECKS, (day, name)\n"
         "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    out = fresh_python(code)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
