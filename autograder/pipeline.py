@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -462,8 +463,6 @@ def _worker_setup(template: Path, course_root: Path, base: Path, sandbox: bool) 
 
 def _exit_words(code: int | None) -> str:
     """A kernel's exit status in words. bwrap exits 128+N when its child died of signal N."""
-    import signal
-
     if code is None:
         return "exit status unknown"
     sig = -code if code < 0 else code - 128 if code > 128 else 0
@@ -734,8 +733,6 @@ class _Pool:
         return {"proc": proc, "conn": parent, "job": None, "since": 0.0, "ready": False}
 
     def _kill(self, w: dict) -> None:
-        import signal
-
         try:
             os.kill(w["proc"].pid, signal.SIGKILL)
         except OSError:
