@@ -29,6 +29,9 @@ from nbgrader.preprocessors import Execute
 from traitlets import CaselessStrEnum, Integer, default
 
 EVENTS: dict = {}
+# The first words of the notice the kernel's start-up script (sandbox.STARTUP) prints when it
+# starts dropping output at the source.
+KERNEL_CAP_NOTICE = "[output truncated: more than"
 
 
 class GradingKernelManager(AsyncKernelManager):
@@ -202,6 +205,8 @@ class GuardedExecute(Execute):
         out = super().output(outs, msg, display_id, cell_index)
         if out is None or is_error:
             return out
+        if out.get("output_type") == "stream" and KERNEL_CAP_NOTICE in out.get("text", ""):
+            EVENTS["output_truncated"] = True  # the kernel's start-up cap dropped output
         self._out_bytes += _size(out)
         if self._out_bytes > self.max_output:
             EVENTS["output_truncated"] = True

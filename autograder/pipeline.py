@@ -711,6 +711,17 @@ def _worker_main(conn, template: str, course_root: str, base: str, sandbox: bool
         conn.send(data)
 
 
+def _log_tails(base: Path, chars: int = 1500) -> str:
+    """The last ``chars`` characters of each worker log in ``base`` (which is about to be
+    removed with the batch's temporary folder), newest first, at most three logs."""
+    logs = sorted(base.glob("worker-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+    parts = []
+    for log in logs[:3]:
+        text = log.read_text(errors="replace").strip()
+        parts.append(f"--- {log.name}\n{text[-chars:] or '(empty)'}")
+    return "\n".join(parts) or "(no worker wrote a log)"
+
+
 class _Pool:
     """Worker processes with a hard deadline per job; a dead or stuck worker is replaced and
     its submission gets a status instead of aborting the batch."""
@@ -788,7 +799,8 @@ class _Pool:
                         if self.failed_starts > 2 * len(self.workers) + 2:
                             raise PipelineError(
                                 "grading workers keep dying while they start (exit code "
-                                f"{w['proc'].exitcode}); see the worker logs in {self.args[2]}")
+                                f"{w['proc'].exitcode}); the end of their logs:\n"
+                                + _log_tails(Path(self.args[2])))
                     self._kill(w)
                     self.workers[i] = self._spawn()
                     if job is None:

@@ -302,16 +302,18 @@ def __tfs_setup():
         # cap what the kernel prints at the source, while it streams
         state = {"left": cap, "told": False}
 
+        def _tell(stream):
+            if not state["told"]:
+                state["told"] = True
+                stream.write(f"\n[output truncated: more than {cap // 1024} KiB of output]\n")
+
         class _Capped:
             def __init__(self, inner):
                 self._inner = inner
 
             def write(self, text):
                 if state["left"] <= 0:
-                    if not state["told"]:
-                        state["told"] = True
-                        self._inner.write(f"\n[output truncated: more than {cap // 1024} KiB "
-                                          "printed]\n")
+                    _tell(self._inner)
                     return len(text)
                 state["left"] -= len(text)
                 return self._inner.write(text[:max(0, state["left"] + len(text))])
@@ -319,8 +321,25 @@ def __tfs_setup():
             def __getattr__(self, name):
                 return getattr(self._inner, name)
 
+        _stdout = sys.stdout
         sys.stdout = _Capped(sys.stdout)
         sys.stderr = _Capped(sys.stderr)
+
+        def _cap_rich(msg):
+            # display() and a cell's result share the budget; a bundle that does not fit
+            # is dropped whole (an image cannot be cut)
+            data = (msg.get("content") or {}).get("data") or {}
+            size = sum(len(v) if isinstance(v, str) else len(repr(v)) for v in data.values())
+            if size > state["left"]:
+                state["left"] = 0
+                _tell(_stdout)
+                return None
+            state["left"] -= size
+            return msg
+
+        for _owner in (get_ipython().display_pub, get_ipython().displayhook):
+            if hasattr(_owner, "register_hook"):
+                _owner.register_hook(_cap_rich)
     day = os.environ.get("TFS_DAY", "")
     import torch, torch.testing
     import torch.nn.functional as F

@@ -30,6 +30,20 @@ def test_discover_rejects_a_missing_folder(tmp_path):
         pipeline.discover(tmp_path / "nope", [DAY])
 
 
+def test_worker_start_failure_quotes_the_logs(tmp_path):
+    """Does the "workers keep dying" error carry the logs' ends (their folder is removed)?"""
+    import os
+
+    (tmp_path / "worker-1.log").write_text("old start\n" + "x" * 3000 + "\nImportError: old")
+    (tmp_path / "worker-2.log").write_text("ModuleNotFoundError: No module named 'nbgrader'")
+    os.utime(tmp_path / "worker-1.log", (1, 1))
+    text = pipeline._log_tails(tmp_path)
+    assert text.index("worker-2.log") < text.index("worker-1.log")  # newest first
+    assert "No module named 'nbgrader'" in text and "ImportError: old" in text
+    assert "old start" not in text  # only the end of a long log
+    assert pipeline._log_tails(tmp_path / "none") == "(no worker wrote a log)"
+
+
 def test_authoring_rejects_duplicate_ids():
     """Does the plain-text format refuse two cells with one id?"""
     with pytest.raises(ValueError, match="duplicate cell id"):

@@ -49,6 +49,10 @@ def batch(root, tmp_path_factory):
     S.put(subs, "exit", S.with_cell(ref, "import os\nos._exit(1)"))
     S.put(subs, "print-100mb", S.with_cell(
         ref, "for _ in range(100):\n    print('x' * 1_000_000)"))
+    S.put(subs, "display-200mb", S.with_cell(
+        ref, "from IPython.display import HTML, display\nfor _ in range(20_000):\n"
+             "    display(HTML('x' * 10_000))"))
+    S.put(subs, "result-100mb", S.with_cell(ref, "'y' * 100_000_000"))
     S.put(subs, "file-2gb", S.with_cell(
         ref, "with open('big.bin', 'wb') as f:\n    for _ in range(2000):\n"
              "        f.write(b'\\0' * 1_000_000)"))
@@ -91,6 +95,8 @@ def test_every_case_has_its_status(batch):
         "answer-markdown": ("graded", full),
         "warnings": ("graded", full),
         "print-100mb": ("graded", full),
+        "display-200mb": ("graded", full),
+        "result-100mb": ("graded", full),
         "file-2gb": ("graded", full),
         "loop": ("timeout", None),
         "memhog": ("memory-limit", None),  # the hog keeps its memory: later tests may fail
@@ -140,10 +146,11 @@ def test_deleted_test_cell_scores_zero(batch):
 
 def test_limits_are_reported(batch):
     """Do the truncated output and the file-size limit show in the result's flags?"""
-    assert any("truncated" in f for f in batch["by"]["print-100mb"].flags)
-    nb = nbformat.read(str(batch["out"] / "print-100mb" / f"{S.DAY}.ipynb"), as_version=4)
-    printed = sum(len(o.get("text", "")) for c in nb.cells for o in c.get("outputs", []))
-    assert printed < 3 * MiB
+    for student in ("print-100mb", "display-200mb", "result-100mb"):
+        assert any("truncated" in f for f in batch["by"][student].flags), student
+        nb = nbformat.read(str(batch["out"] / student / f"{S.DAY}.ipynb"), as_version=4)
+        kept = len(nbformat.writes(nb))
+        assert kept < 3 * MiB, (student, kept)
     assert any("file-size" in f for f in batch["by"]["file-2gb"].flags)
 
 
@@ -235,3 +242,10 @@ def test_exit_words_name_the_signal():
     assert pipeline._exit_words(-9) == "killed by SIGKILL"
     assert pipeline._exit_words(1) == "exit code 1"
     assert pipeline._exit_words(None) == "exit status unknown"
+
+
+def test_kernel_cap_notice_is_recognised():
+    """Does the executor look for the very words the kernel's start-up cap prints?"""
+    from autograder import execute, sandbox
+
+    assert execute.KERNEL_CAP_NOTICE in sandbox.STARTUP
