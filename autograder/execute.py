@@ -4,8 +4,9 @@
   costs at most ``notebook_timeout`` seconds, then the remaining cells are skipped;
 - a dead kernel (``os._exit``, a crash, the memory limit) stops execution cleanly instead of
   losing the notebook, so the tests that already ran keep their points;
-- outputs are capped while they stream: the kernel's start-up script stops printing at the
-  source, and past ``max_output`` bytes this preprocessor drops any further output;
+- outputs are capped while they stream: the kernel's start-up script stops print, display()
+  and cell results at the source, and past ``max_output`` bytes this preprocessor drops any
+  further output;
 - before each hidden test cell, the kernel's grading guard (installed by the start-up script,
   see ``autograder.sandbox.STARTUP``) undoes known cheats and reports them.
 
@@ -217,8 +218,7 @@ class GuardedExecute(Execute):
                 output_type="stream", name="stdout",
                 text=f"\n[output truncated: the notebook printed more than "
                      f"{self.max_output // 1024} KiB]\n"))
-            # No interrupt: the kernel's start-up script already caps printing at the source,
+            # No interrupt: the kernel's start-up script already caps output at the source,
             # and an interrupt landing inside ipykernel's output machinery was seen to hang the
-            # cell until its timeout. A cell that floods in other ways (display) is dropped
-            # here and bounded by the cell timeout.
+            # cell until its timeout.
         return out

@@ -64,7 +64,6 @@ def summarize(results: list[Result]) -> dict:
             "frequent": frequent, "status": status, "n": len(results)}
 
 
-
 def _bar_chart(path: Path, title: str, labels: list[str], values: list[float], *, xlabel: str,
                colors, width: float, row_height: float,
                xlim: tuple[float, float] | None = None) -> tuple[str, str]:

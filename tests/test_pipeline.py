@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import nbformat
 import pytest
@@ -32,8 +33,6 @@ def test_discover_rejects_a_missing_folder(tmp_path):
 
 def test_worker_start_failure_quotes_the_logs(tmp_path):
     """Does the "workers keep dying" error carry the logs' ends (their folder is removed)?"""
-    import os
-
     (tmp_path / "worker-1.log").write_text("old start\n" + "x" * 3000 + "\nImportError: old")
     (tmp_path / "worker-2.log").write_text("ModuleNotFoundError: No module named 'nbgrader'")
     os.utime(tmp_path / "worker-1.log", (1, 1))
