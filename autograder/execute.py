@@ -5,10 +5,11 @@
 - a dead kernel (``os._exit``, a crash, the memory limit) stops execution cleanly instead of
   losing the notebook, so the tests that already ran keep their points;
 - outputs are capped while they stream: the kernel's start-up script stops print, display()
-  and cell results at the source, and past ``max_output`` bytes this preprocessor drops any
-  further output;
+  and cell results at the source, and every IOPub message (whatever its type, also one the
+  kernel sends straight on its socket) counts against ``max_output`` bytes, past which this
+  preprocessor drops further output (errors still come through, trimmed);
 - before each hidden test cell, the kernel's grading guard (installed by the start-up script,
-  see ``autograder.sandbox.STARTUP``) undoes known cheats and reports them.
+  see ``autograder.kernel_startup.STARTUP``) undoes known cheats and reports them.
 
 What happened is recorded in ``EVENTS`` (one notebook per process at a time).
 """
@@ -17,9 +18,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 import os
+import stat
 import tempfile
 import uuid
+from pathlib import Path
 from time import monotonic
 
 from jupyter_client.manager import AsyncKernelManager
@@ -30,14 +34,20 @@ from nbgrader.preprocessors import Execute
 from traitlets import CaselessStrEnum, Integer, default
 
 EVENTS: dict = {}
-# The first words of the notice the kernel's start-up script (sandbox.STARTUP) prints when it
+# The first words of the notice the kernel's start-up script (kernel_startup.STARTUP) prints when it
 # starts dropping output at the source.
 KERNEL_CAP_NOTICE = "[output truncated: more than"
 
 
 class GradingKernelManager(AsyncKernelManager):
-    """Kernels talk over IPC sockets in ``$JUPYTER_RUNTIME_DIR`` (the kernel's private folder,
-    bound into its sandbox): TCP cannot cross the sandbox's empty network namespace."""
+    """Kernels talk over IPC sockets: TCP cannot cross the sandbox's empty network namespace.
+
+    Unsandboxed, the sockets live in ``$JUPYTER_RUNTIME_DIR``. Sandboxed (``TFS_KERNEL_PRIVATE``
+    names the kernel's host-only private folder), the kernel binds them in its own tmpfs and
+    the host reaches them through ``/proc/<sandbox pid>/root``, which the launcher records in
+    ``sandbox.json``: no host folder is writable by the kernel. The client never reconnects
+    (``RECONNECT_IVL`` -1): a socket path replaced later by the kernel is never followed.
+    """
 
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
 
@@ -52,6 +62,63 @@ class GradingKernelManager(AsyncKernelManager):
             return os.path.splitext(self.connection_file)[0] + "-ipc"
         return super()._ip_default()
 
+    @default("context")
+    def _context_default(self):
+        self._created_context = True
+        return _no_reconnect_context()
+
+    def client(self, **kwargs):
+        kwargs.setdefault("context", _no_reconnect_context())
+        kc = super().client(**kwargs)
+        kc._created_context = True  # destroyed with the client
+        return kc
+
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        await super()._async_launch_kernel(kernel_cmd, **kw)
+        private = os.environ.get("TFS_KERNEL_PRIVATE")
+        if not private:
+            return
+        from autograder.sandbox import INNER_IPC, read_capped
+
+        deadline = monotonic() + 120
+        ports = [self.shell_port, self.iopub_port, self.stdin_port, self.control_port,
+                 self.hb_port]
+        ip = None
+        while monotonic() < deadline:
+            if ip is None:
+                try:
+                    info = json.loads(read_capped(Path(private) / "sandbox.json", 4096))
+                    ip = f"/proc/{int(info['child-pid'])}/root{INNER_IPC}"
+                except (ValueError, KeyError, TypeError):
+                    pass
+            if ip is not None and all(_is_socket(f"{ip}-{p}") for p in ports):
+                self.ip = ip
+                return
+            code = self.provisioner.poll() if self.provisioner else None
+            if asyncio.iscoroutine(code):
+                code = await code
+            if code is not None:
+                raise RuntimeError(f"the sandboxed kernel exited while starting (exit code "
+                                   f"{code})")
+            await asyncio.sleep(0.02)
+        raise RuntimeError("the sandboxed kernel did not open its sockets within 120 s")
+
+
+def _no_reconnect_context():
+    import zmq
+    import zmq.asyncio
+
+    ctx = zmq.asyncio.Context()
+    ctx.setsockopt(zmq.RECONNECT_IVL, -1)
+    return ctx
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
 
 def reset_events() -> None:
     EVENTS.clear()
@@ -60,17 +127,6 @@ def reset_events() -> None:
 
 
 reset_events()
-
-
-def _size(out: NotebookNode) -> int:
-    if out.get("output_type") == "stream":
-        return len(out.get("text", ""))
-    n = 0
-    for v in (out.get("data") or {}).values():
-        n += len(v) if isinstance(v, str) else len(str(v))
-    for v in out.get("traceback") or []:
-        n += len(v)
-    return n
 
 
 def _is_test_cell(cell: NotebookNode) -> bool:
@@ -91,6 +147,7 @@ class GuardedExecute(Execute):
         self._deadline = monotonic() + self.notebook_timeout
         self._stopped = ""
         self._out_bytes = 0
+        self._told_truncated = False
         return super().preprocess(nb, resources, km)
 
     # -- time budget -----------------------------------------------------------------
@@ -162,7 +219,7 @@ class GuardedExecute(Execute):
         return None
 
     async def _run_guard(self) -> None:
-        from autograder.sandbox import GUARD_EXPR
+        from autograder.kernel_startup import GUARD_EXPR
 
         assert self.kc is not None
         msg_id = self.kc.execute("", silent=True, store_history=False,
@@ -199,26 +256,66 @@ class GuardedExecute(Execute):
         EVENTS["tamper"].append("the grading guard did not answer")
 
     # -- outputs ---------------------------------------------------------------------
-    def output(self, outs, msg, display_id, cell_index):
-        is_error = msg.get("msg_type") == "error"
-        if self._out_bytes > self.max_output and not is_error:
-            return None  # errors always come through: a flood must not hide a failing test
-        out = super().output(outs, msg, display_id, cell_index)
-        if out is None or is_error:
-            return out
-        if out.get("output_type") == "stream" and KERNEL_CAP_NOTICE in out.get("text", ""):
-            EVENTS["output_truncated"] = True  # the kernel's start-up cap dropped output
-        self._out_bytes += _size(out)
-        if self._out_bytes > self.max_output:
-            EVENTS["output_truncated"] = True
-            # drop what crossed the line, and say so once
-            if outs and outs[-1] is out:
-                outs.pop()
-            outs.append(NotebookNode(
+    def process_message(self, msg, cell, cell_index):
+        """Every IOPub message counts against ``max_output``, whatever its type (stream,
+        display, update_display_data, comm, error...), measured as its JSON size. Past the
+        limit, messages are dropped; errors still come through, trimmed, two per cell."""
+        msg_type = msg.get("msg_type") or msg.get("header", {}).get("msg_type", "")
+        if msg_type in ("status", "execute_input"):
+            return super().process_message(msg, cell, cell_index)
+        if msg_type == "error":
+            msg = _trimmed_error(msg)
+        size = _msg_size(msg)
+        if self._out_bytes + size > self.max_output:
+            self._out_bytes = self.max_output + 1
+            errors = sum(1 for o in cell.get("outputs", []) if o.get("output_type") == "error")
+            if msg_type != "error" or errors >= 2:
+                self._truncated(cell)
+                return None
+        else:
+            self._out_bytes += size
+        return super().process_message(msg, cell, cell_index)
+
+    def _truncated(self, cell: NotebookNode) -> None:
+        EVENTS["output_truncated"] = True
+        if not self._told_truncated:
+            self._told_truncated = True
+            cell.outputs.append(NotebookNode(
                 output_type="stream", name="stdout",
-                text=f"\n[output truncated: the notebook printed more than "
-                     f"{self.max_output // 1024} KiB]\n"))
-            # No interrupt: the kernel's start-up script already caps output at the source,
-            # and an interrupt landing inside ipykernel's output machinery was seen to hang the
-            # cell until its timeout.
+                text=f"\n[output truncated: the notebook sent more than "
+                     f"{self.max_output // 1024} KiB of output]\n"))
+
+    def output(self, outs, msg, display_id, cell_index):
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is not None and out.get("output_type") == "stream" and \
+                KERNEL_CAP_NOTICE in out.get("text", ""):
+            EVENTS["output_truncated"] = True  # the kernel's start-up cap dropped output
         return out
+
+
+def _msg_size(msg: dict) -> int:
+    n = len(json.dumps(msg.get("content", {}), default=str))
+    for b in msg.get("buffers") or []:
+        try:
+            n += len(b)
+        except TypeError:
+            n += 64
+    return n
+
+
+def _trimmed_error(msg: dict) -> dict:
+    """An error message with bounded fields (a 1 MB traceback is cut to its last 8 kB)."""
+    content = dict(msg.get("content") or {})
+    content["ename"] = str(content.get("ename", ""))[:200]
+    content["evalue"] = str(content.get("evalue", ""))[:2000]
+    tb = [str(t) for t in content.get("traceback") or []][-30:]
+    keep, total = [], 0
+    for line in reversed(tb):
+        total += len(line)
+        if total > 8000:
+            break
+        keep.append(line)
+    content["traceback"] = list(reversed(keep))
+    out = dict(msg)
+    out["content"] = content
+    return out

@@ -474,6 +474,15 @@ def _exit_words(code: int | None) -> str:
     return f"exit code {code}"
 
 
+# Words of an error that a limit caused, and the flag it gives (the notebook is still graded).
+LIMIT_NOTES = [
+    (("File too large",), "hit the file-size limit (a file write was stopped)"),
+    (("No space left on device",), "hit the disk limit (the kernel's folders are full)"),
+    (("can't start new thread", "Resource temporarily unavailable", "BlockingIOError"),
+     "hit the process limit (a process or thread could not start)"),
+]
+
+
 def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                  ) -> tuple[str, list[str]]:
     """The status of a notebook that nbgrader executed, and the reasons behind it."""
@@ -488,6 +497,8 @@ def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                     mem.append(text[:200])
     if events.get("guard_memory"):
         mem.append("MemoryError while the grading guard ran")
+    if (events.get("exit") or {}).get("oom"):
+        mem.append("the kernel's cgroup reached its memory ceiling")
     notes = []
     if events.get("tamper"):
         return "tampered", list(events["tamper"])
@@ -506,9 +517,11 @@ def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
         return "timeout", ["a cell ran past its time limit and was interrupted"]
     if mem:
         return "memory-limit", [f"hit the memory limit: {mem[0]}"]
-    if any("File too large" in str(out.get("evalue", "")) for cell in graded.cells
-           for out in cell.get("outputs", [])):
-        notes.append("hit the file-size limit (a file write was stopped)")
+    texts = [f"{out.get('ename', '')}: {out.get('evalue', '')}" for cell in graded.cells
+             for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    for words, note in LIMIT_NOTES:
+        if any(w in t for t in texts for w in words):
+            notes.append(note)
     if events.get("output_truncated"):
         notes.append("output truncated: the notebook printed more than the limit")
     return "graded", notes
@@ -519,7 +532,6 @@ def grade_one(job: dict) -> dict:
     ``_notebook`` (the autograded notebook's text) when nbgrader produced one."""
     import time
 
-    from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde
 
     from autograder import execute, sandbox
@@ -542,11 +554,13 @@ def grade_one(job: dict) -> dict:
 
     if nb_path is None:
         return done("missing", detail=f"no {notebook_name(day)} submitted")
+    cap = settings.get("max_notebook_bytes", 50 * 1024 * 1024)
     try:
-        raw = Path(nb_path).read_bytes()
-        if len(raw) > settings.get("max_notebook_bytes", 50 * 1024 * 1024):
-            raise ValueError(f"the file is {len(raw) / 1e6:.0f} MB; the limit is "
-                             f"{settings.get('max_notebook_bytes', 0) / 1e6:.0f} MB")
+        if Path(nb_path).is_symlink() or not Path(nb_path).is_file():
+            raise ValueError("it is a link or not a regular file; only plain files are graded")
+        raw = sandbox.read_capped(Path(nb_path), cap + 1)
+        if len(raw) > cap:
+            raise ValueError(f"the file is larger than {cap / 1e6:.0f} MB, the limit")
         submitted = nbformat.reads(raw.decode("utf-8"), as_version=4)
         nbformat.validate(submitted)
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets a status, not a crash
@@ -586,40 +600,45 @@ def grade_one(job: dict) -> dict:
     shutil.rmtree(out_dir, ignore_errors=True)  # nbgrader skips an existing one
     sub_dir.mkdir(parents=True)
     nbformat.write(submitted, str(sub_dir / notebook_name(day)))
-    private = root / "private"
-    kenv = sandbox.prepare_private(private)
+    # A fresh private folder per submission, host-only: kernel.log, the sandbox's pid and exit
+    # status, the start-up script. The kernel writes only inside its own tmpfs.
+    from autograder.kernel_startup import STARTUP
+
+    private = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
+    shutil.rmtree(private)
+    sandbox.prepare_private(private, STARTUP)
+    kenv = sandbox.kernel_environment(private, sandboxed, sys.executable)
     kenv["TFS_DAY"] = day
     kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
     kenv["NBGRADER_EXECUTION"] = "autograde"
     hide = [str(_WORKER["course_root"]), str(_WORKER["base"]), str(Path.home()),
             *settings.get("hide", [])]
-    ro = [str(Path(_WORKER["course_root"]) / "course"), sys.prefix, sys.base_prefix,
-          str(Path(os.path.realpath(sys.executable)).parent.parent), *settings.get("ro", [])]
-    for var in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR"):
-        if os.environ.get(var):
-            ro.append(os.environ[var])
-            kenv[var] = os.environ[var]
-    if "COURSE_CACHE_DIR" not in kenv:
-        try:
-            from course.data import cache_dir
-
-            kenv["COURSE_CACHE_DIR"] = str(cache_dir())
-            ro.append(str(cache_dir()))
-        except Exception:  # noqa: BLE001 - no data layer: nothing to bind
-            pass
+    exe_prefix = str(Path(os.path.realpath(sys.executable)).parent.parent)
+    ro = [[p, p] for p in dict.fromkeys([sys.prefix, sys.base_prefix, exe_prefix])]
     bundle = None
     if sandboxed:
+        ro.append([str(Path(_WORKER["course_root"]) / "course"), f"{sandbox.INNER_LIB}/course"])
+        binds, data_env = sandbox.dataset_binds()
+        ro += binds
+        kenv.update(data_env)
         bundle = str(_WORKER["template"] / "hidden.json")
-        # the kernel imports the course package from its (bound) folder, and the grading
-        # library only from the bundle; PYTHONPATH pointing at the hidden root is harmless
+        os.environ["TFS_KERNEL_PRIVATE"] = str(private)
+    else:
+        kenv["PYTHONPATH"] = str(_WORKER["course_root"])
+        for var in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR"):
+            if os.environ.get(var):
+                kenv[var] = os.environ[var]
+        os.environ.pop("TFS_KERNEL_PRIVATE", None)
     spec = sandbox.Spec(sandbox=sandboxed, limits=settings["limits"], private=str(private),
-                        workdir=str(out_dir), hide=hide, ro_bind=ro, bundle=bundle, env=kenv,
+                        startup=str(private / "ipython/profile_default/startup"
+                                    / sandbox.STARTUP_NAME),
+                        hide=hide, ro_bind=ro, bundle=bundle, env=kenv,
                         cgroup_parent=settings.get("cgroup_parent"))
-    spec_path = root / "jupyter" / "spec.json"
+    spec_path = private / "spec.json"
     spec_path.write_text(json.dumps(spec.__dict__))
     sandbox.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path,
                              sys.executable)
-    os.environ["JUPYTER_RUNTIME_DIR"] = kenv["JUPYTER_RUNTIME_DIR"]
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(private / "runtime")
 
     config = load_config(root, root / "gradebook.db")
     lim = settings["limits"]
@@ -635,8 +654,30 @@ def grade_one(job: dict) -> dict:
     config.GuardedExecute.interrupt_on_timeout = True
     config.GuardedExecute.raise_on_iopub_timeout = False
     config.GuardedExecute.iopub_timeout = 15
+    config.GuardedExecute.store_widget_state = False  # widget state is output too
     config.KernelManager.transport = "ipc"
     execute.reset_events()
+    try:
+        return _autograde(config, root, student, day, private, out_dir, source_nb, static,
+                          dup_flags, settings, sandboxed, done)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        os.environ.pop("TFS_KERNEL_PRIVATE", None)
+
+
+def _autograde(config, root, student, day, private, out_dir, source_nb, static, dup_flags,
+               settings, sandboxed, done) -> dict:
+    """Run nbgrader's autograde on the written submission and turn its outcome into a result.
+
+    Everything read here after the kernel ran is host-only: the autograded notebook (nbgrader
+    wrote it in the worker's folder, which the sandbox never shows), and the private folder's
+    log and exit record, read without following links and with a size cap.
+    """
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import Autograde
+
+    from autograder import execute, sandbox
+
     try:
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers-from-scratch") as gb:
             gb.update_or_create_student(student)
@@ -650,30 +691,37 @@ def grade_one(job: dict) -> dict:
         if settings.get("cgroup_parent"):
             sandbox.cleanup_cgroups(settings["cgroup_parent"])
     out_nb = out_dir / notebook_name(day)
-    if not out_nb.is_file():
+    limit = settings["limits"]["output"] * 4 + 4 * 1024 * 1024
+    text = sandbox.read_capped(out_nb, limit + 1).decode("utf-8", "replace")
+    if not text:
         return done("environment-error", detail="nbgrader produced no autograded notebook; "
                     "kernel log: " + _tail(private / "kernel.log"))
-    graded = nbformat.read(str(out_nb), as_version=4)
+    if len(text) > limit:
+        return done("environment-error", detail="the autograded notebook is larger than "
+                    f"{limit // 1024**2} MiB despite the output cap")
+    graded = nbformat.reads(text, as_version=4)
     tests = score_notebook(source_nb, graded)
     score = sum(t.points for t in tests)
     events = dict(execute.EVENTS)
     events["tamper"] = static + list(events.get("tamper", []))
+    try:
+        events["exit"] = json.loads(sandbox.read_capped(private / "exit.json", 4096) or b"{}")
+    except ValueError:
+        events["exit"] = {}
     status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
     flags += dup_flags
     detail = "; ".join(flags[:5])
     if settings.get("tamper", True) and not events.get("guard") and any(
             True for _ in graded_cells(source_nb)) and status == "graded" and sandboxed:
         flags.append("the grading guard never ran")
-    shutil.rmtree(private, ignore_errors=True)
-    return done(status, score, tests, detail, flags, out_nb.read_text(encoding="utf-8"))
+    return done(status, score, tests, detail, flags, text)
 
 
 def _tail(path: Path, n: int = 600) -> str:
-    try:
-        data = path.read_bytes()[-n:]
-    except OSError:
-        return ""
-    return data.decode("utf-8", "replace").strip()
+    """The end of a host-only log, never through a link, never more than ``n`` bytes."""
+    from autograder.sandbox import read_capped
+
+    return read_capped(path, n, tail=True).decode("utf-8", "replace").strip()
 
 
 # --------------------------------------------------------------------------- worker pool
@@ -859,12 +907,12 @@ def sandbox_mode(sandbox: bool | str) -> bool:
 def prepare_template(root: Path, days: list[str], template: Path) -> None:
     """A course folder holding only what grading needs: source/, release/, the gradebook with
     the days' test cells, and the bundle of hidden grading modules."""
-    from autograder import sandbox as sb
+    from autograder.kernel_startup import hidden_bundle
 
     shutil.copytree(root / "source", template / "source",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     generate(template, days, template / "gradebook.db", solutions=False)
-    sb.hidden_bundle(root, template / "hidden.json")
+    hidden_bundle(root, template / "hidden.json")
 
 
 def template_cache(root: Path, days: list[str]) -> Path:

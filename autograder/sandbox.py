@@ -1,31 +1,37 @@
 """Run a submission's Jupyter kernel inside a bubblewrap sandbox, with resource limits.
 
 The kernel command of the grading kernelspec is ``python -m autograder.sandbox <spec.json> --
-<python> -m ipykernel_launcher -f {connection_file}``. This launcher (outside the sandbox):
+<python> -m ipykernel_launcher -f {connection_file}``. This launcher runs outside the sandbox,
+as the grader's user, and:
 
-1. applies the resource limits to itself with ``setrlimit`` (inherited by the kernel): address
-   space (memory), CPU seconds, size of any file written, open files; and, where the machine
-   lets it create one, a cgroup with ``pids.max`` (processes) and a memory ceiling;
-2. sends the kernel's own stdout/stderr (C-level writes, crash messages) to a log file in its
-   private folder, which the file-size limit caps;
-3. opens the bundle of the grading library's hidden modules and hands the open file descriptor
-   to the kernel (the file itself is not visible in the sandbox; the kernel's start-up script
-   reads it into memory and closes it before any student code runs);
-4. replaces itself with ``bwrap``: a read-only view of the system and the Python environment,
-   a fresh empty ``/tmp``, no network (a new network namespace), new PID/IPC/UTS namespaces,
-   no capabilities, and write access only to the submission's working copy and a private
-   folder. The course repository, the submissions folder, the results/gradebook, every other
-   grading worker's folder and ``$HOME`` are covered by empty tmpfs mounts; only the course's
-   learner-facing ``course/`` package (and the dataset cache, read-only) are bound back.
+1. sends the kernel's own stdout/stderr (C-level writes, crash messages) to ``kernel.log`` in
+   the kernel's *private* folder, a host folder that the sandbox never shows;
+2. writes the kernel's copy of the connection file, with its IPC sockets inside the sandbox
+   (``/tmp/.kernel``), and opens every folder the kernel may read (the Python environment,
+   ``course/``, each dataset) as a file descriptor while it still can;
+3. forks: the child joins a fresh cgroup where the machine allows (memory, processes), drops
+   to an unprivileged uid of its own when the grader is root, applies the rlimits (address
+   space, CPU seconds, file size, open files, processes) and replaces itself with ``bwrap``;
+   the parent records the sandbox's pid in ``sandbox.json`` (the host reaches the kernel's
+   sockets through ``/proc/<pid>/root``), waits, and writes ``exit.json`` (exit status and
+   whether the cgroup hit its memory ceiling).
 
-Without bubblewrap the same launcher applies the limits and runs the kernel directly
-(``--no-sandbox``).
+Inside bwrap the kernel sees a read-only system, the read-only binds of step 2 and nothing
+else of the host's top-level folders (each is covered by an empty read-only tmpfs). All it can
+write is a size-capped tmpfs at ``/tmp`` (its home, working folder and IPython folder) and a
+small ``/dev/shm``: no host path is writable, so nothing it writes, links or leaves behind
+reaches the host, another submission or the next kernel. No network, new PID/IPC/UTS/user
+namespaces, no capabilities.
+
+Without bubblewrap (``--no-sandbox``: a learner's self-check of their own notebook) the same
+launcher applies the rlimits and runs the kernel directly in the private folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,17 +42,33 @@ from pathlib import Path
 GiB = 1024**3
 MiB = 1024**2
 
+# The kernel's view: everything it may write lives in one size-capped tmpfs.
+INNER_TMP = "/tmp"
+INNER_HOME = "/tmp/home"
+INNER_WORK = "/tmp/work"             # the kernel's working folder
+INNER_IPYTHON = "/tmp/ipython"
+INNER_KERNEL = "/tmp/.kernel"        # connection file (read-only bind) and IPC sockets
+INNER_IPC = INNER_KERNEL + "/ipc"    # zmq ipc paths are "<ip>-<port>"
+INNER_LIB = "/tmp/.lib"              # course/ bound read-only as /tmp/.lib/course
+INNER_DATA = "/tmp/.data"            # each dataset folder bound read-only (a data mirror)
+STARTUP_NAME = "00-autograder.py"
+# uids given to sandboxed kernels when the grader is root: one per kernel (by the launcher's
+# pid), so that the process limit counts one kernel's processes only.
+UID_BASE = 200_000
+
 
 @dataclass
 class Limits:
     """Per-kernel limits. ``None`` disables one."""
 
-    memory: int | None = 4 * GiB          # address space of the kernel process (bytes)
+    memory: int | None = 4 * GiB          # address space per process; cgroup: + 512 MiB
     cpu_seconds: int | None = 900         # CPU time of the kernel (SIGXCPU then SIGKILL)
     file_size: int | None = 256 * MiB     # largest file the kernel may write (bytes)
-    processes: int | None = 256           # tasks in the kernel's cgroup (where cgroups work)
+    processes: int | None = 256           # processes and threads of the kernel's uid
     open_files: int | None = 1024
-    output: int = 2 * MiB                 # text/images a notebook may send back (streamed)
+    disk: int | None = 512 * MiB          # all the kernel may write: its /tmp tmpfs (bytes)
+    shm: int = 64 * MiB                   # /dev/shm tmpfs (bytes)
+    output: int = 2 * MiB                 # bytes of messages a notebook may send back
     cell_timeout: int = 180               # seconds per cell before an interrupt
     notebook_timeout: int = 600           # seconds for the whole notebook
 
@@ -56,16 +78,16 @@ class Limits:
 
 @dataclass
 class Spec:
-    """What the launcher needs; written as JSON next to the kernelspec."""
+    """What the launcher needs; written as JSON next to the kernelspec (host-only)."""
 
     sandbox: bool
     limits: dict
-    private: str                      # the kernel's private folder (HOME, TMPDIR, sockets)
-    workdir: str                      # the submission's working copy (cwd of the kernel)
+    private: str                      # host-only folder: kernel.log, sandbox.json, exit.json
+    startup: str = ""                 # the IPython start-up script, bound read-only
     hide: list[str] = field(default_factory=list)      # folders covered with an empty tmpfs
-    ro_bind: list[str] = field(default_factory=list)   # folders bound back read-only
+    ro_bind: list[list[str]] = field(default_factory=list)  # [host path, path in sandbox]
     bundle: str | None = None         # the hidden grading modules (JSON), passed as an fd
-    env: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)            # the kernel's whole environment
     cgroup_parent: str | None = None
 
 
@@ -92,7 +114,8 @@ def available() -> tuple[bool, str]:
     try:
         proc = subprocess.run(
             [bw, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-             "--unshare-pid", "--cap-drop", "ALL", "--die-with-parent", "true"],
+             "--unshare-pid", "--unshare-user", "--cap-drop", "ALL", "--die-with-parent",
+             "--size", str(MiB), "--tmpfs", "/tmp", "true"],
             capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         _AVAILABLE = (False, f"bubblewrap could not run: {exc}")
@@ -121,10 +144,10 @@ def _cgroup_dirs(parent: str) -> list[Path]:
     return out
 
 
-def _join_cgroup(parent: str, limits: dict) -> list[Path]:
-    """Best effort: put this process in a fresh cgroup with pids/memory limits."""
+def _join_cgroup(parent: str, limits: dict, pid: int) -> list[Path]:
+    """Best effort: put ``pid`` in a fresh cgroup with pids/memory limits."""
     made = []
-    name = f"kernel-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    name = f"kernel-{pid}-{uuid.uuid4().hex[:6]}"
     for d in _cgroup_dirs(parent):
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -137,11 +160,34 @@ def _join_cgroup(parent: str, limits: dict) -> list[Path]:
                 for fname in ("memory.max", "memory.limit_in_bytes"):
                     if (g / fname).exists():
                         (g / fname).write_text(str(mem + 512 * MiB))
-            (g / "cgroup.procs").write_text(str(os.getpid()))
+            (g / "cgroup.procs").write_text(str(pid))
             made.append(g)
         except OSError:
             continue
     return made
+
+
+def _cgroup_oom(groups: list[Path]) -> bool:
+    """Did any of these cgroups hit its memory ceiling (v1 failcnt/oom_kill, v2 oom_kill)?"""
+    for g in groups:
+        for fname in ("memory.events", "memory.oom_control"):
+            try:
+                text = (g / fname).read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key in ("oom_kill", "oom") and value.strip().isdigit() and int(value):
+                    return True
+    return False
+
+
+def _remove_cgroups(groups: list[Path]) -> None:
+    for g in groups:
+        try:
+            g.rmdir()
+        except OSError:
+            pass
 
 
 def cleanup_cgroups(parent: str) -> None:
@@ -155,12 +201,20 @@ def cleanup_cgroups(parent: str) -> None:
                     pass
 
 
+def default_cgroup_parent() -> str | None:
+    """A cgroup parent for kernels when this process may create cgroups (root), else None."""
+    if os.geteuid() != 0:
+        return None
+    for d in _cgroup_dirs("transformers-from-scratch"):
+        if os.access(d.parent, os.W_OK):
+            return "transformers-from-scratch"
+    return None
+
+
 # --------------------------------------------------------------------------- launcher
 
 
 def _apply_rlimits(limits: dict) -> None:
-    import resource
-
     def setl(which, value):
         if value:
             try:
@@ -177,6 +231,9 @@ def _apply_rlimits(limits: dict) -> None:
             pass
     setl(resource.RLIMIT_FSIZE, limits.get("file_size"))
     setl(resource.RLIMIT_NOFILE, limits.get("open_files"))
+    # Counts the processes and threads of the kernel's (own, unprivileged) uid inside its
+    # user namespace; root is exempt, which is why a root grader drops to a uid of its own.
+    setl(resource.RLIMIT_NPROC, limits.get("processes"))
     setl(resource.RLIMIT_CORE, 0)
 
 
@@ -185,50 +242,160 @@ SYSTEM_TOP_DIRS = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc
                    "proc", "sys", "run", "tmp", "var"}
 
 
-def bwrap_argv(spec: Spec, bwrap: str) -> list[str]:
-    """The bubblewrap command line (without the kernel command)."""
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
+def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False) -> list[str]:
+    """The bubblewrap command line (without the kernel command).
+
+    ``as_root``: bwrap runs as root and keeps only CAP_SETUID/CAP_SETGID, for the ``setpriv``
+    that drops the kernel to a uid of its own (:func:`kernel_command`). Otherwise bwrap makes
+    a user namespace and the kernel keeps the grader's (unprivileged) uid.
+    """
+    lim = spec.limits
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if lim.get("disk"):
+        argv += ["--size", str(lim["disk"])]
+    argv += ["--perms", "1777", "--tmpfs", INNER_TMP, "--size", str(MiB), "--tmpfs", "/var/tmp",
+             "--size", str(lim.get("shm") or MiB), "--perms", "1777", "--tmpfs", "/dev/shm"]
     hidden = []
     # Every top-level folder that is not part of the system (/work, /root, /home, /opt, /srv...)
-    # is hidden too: another checkout of the course, with its hidden tests, may live anywhere
-    # there. What the kernel needs from them (the Python environment, course/, the datasets)
-    # is bound back read-only below.
+    # is hidden: another checkout of the course, with its hidden tests, may live anywhere there.
+    # What the kernel needs from them (the Python environment, course/, the datasets) is bound
+    # back read-only below.
     tops = [f"/{e}" for e in sorted(os.listdir("/"))
             if e not in SYSTEM_TOP_DIRS and os.path.isdir(f"/{e}") and not os.path.islink(f"/{e}")]
     for h in [*tops, *spec.hide]:
         p = os.path.realpath(h)
-        if os.path.isdir(p) and p not in ("/", "/tmp") and p not in hidden:
+        if os.path.isdir(p) and p not in ("/", "/tmp") and not p.startswith("/tmp/") \
+                and p not in hidden:
             hidden.append(p)
-    # Parents first, so a folder hidden inside another hidden folder does not fail. A folder
-    # under /tmp is hidden as well: the kernel's /tmp is empty, but an empty read-only mount
-    # keeps the course's own path unwritable there too.
     covered = []
     for p in sorted(hidden, key=len):
         if any(p.startswith(q + os.sep) for q in hidden if q != p):
             continue  # already covered by a hidden parent
         argv += ["--perms", "0555", "--tmpfs", p]  # empty (read-only: see --remount-ro)
         covered.append(p)
-    for rb in spec.ro_bind:
-        p = os.path.realpath(rb)
-        if os.path.exists(p):
-            argv += ["--ro-bind", p, p]
-    for rw in (spec.private, spec.workdir):
-        p = os.path.realpath(rw)
-        argv += ["--bind", p, p]
+    # The kernel's own folders (writable by its uid), then the folders leading to each bind,
+    # made in a tmpfs, readable by the kernel's uid (bwrap would make them 0700 as root).
+    for d in (INNER_HOME, INNER_WORK, INNER_KERNEL, INNER_IPYTHON,
+              INNER_IPYTHON + "/profile_default", INNER_IPYTHON + "/profile_default/startup"):
+        argv += ["--perms", "0777" if as_root else "0755", "--dir", d]
+    binds = [(src, dest) for src, dest in spec.ro_bind if os.path.exists(src)]
+    parents: set[str] = set()
+    for _, dest in binds:
+        for parent in Path(dest).parents:
+            p = str(parent)
+            if any(p.startswith(q + os.sep) for q in [*covered, INNER_TMP]):
+                parents.add(p)
+    for p in sorted(parents, key=len):
+        argv += ["--perms", "0755", "--dir", p]
+    for src, dest in binds:
+        argv += ["--ro-bind", src, dest]
+    if spec.startup:
+        argv += ["--ro-bind", spec.startup,
+                 f"{INNER_IPYTHON}/profile_default/startup/{STARTUP_NAME}"]
     # Binding a folder inside a hidden one makes bwrap create its parents in the tmpfs, and
     # those are writable (a course whose .venv lives inside it). Remount every hidden tmpfs
     # read-only once all binds are in place; the binds themselves keep their own flags.
     for p in covered:
         argv += ["--remount-ro", p]
     argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-             "--unshare-cgroup-try", "--cap-drop", "ALL", "--die-with-parent",
-             "--hostname", "sandbox",
-             # ipykernel shuts itself down when its parent pid changes; in a PID namespace
-             # it cannot see the real parent, and --die-with-parent does that job instead.
-             "--unsetenv", "JPY_PARENT_PID",
-             "--chdir", os.path.realpath(spec.workdir)]
+             "--unshare-cgroup-try", "--cap-drop", "ALL"]
+    if as_root:
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv += ["--unshare-user", "--disable-userns"]
+    argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox",
+             "--chdir", INNER_WORK, "--clearenv"]
+    for k, v in sorted(spec.env.items()):
+        argv += ["--setenv", k, str(v)]
     return argv
+
+
+def kernel_command(cmd: list[str], uid: int | None) -> list[str]:
+    """``cmd``, started as ``uid`` with no capabilities at all when a uid is given."""
+    if uid is None:
+        return cmd
+    return [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
+            "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+            "--", *cmd]
+
+
+def _kernel_connection(host_file: str, private: Path) -> Path:
+    """The kernel's copy of the connection file: same ports and key, sockets in the sandbox."""
+    info = json.loads(Path(host_file).read_text())
+    info["transport"] = "ipc"
+    info["ip"] = INNER_IPC
+    target = private / "kernel-connection.json"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info, f)
+    return target
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _run_sandboxed(spec: Spec, cmd: list[str], private: Path) -> None:
+    """Fork bwrap as described in the module docstring; never returns."""
+    bw = bwrap_path()
+    if bw is None:
+        os.write(2, b"bubblewrap vanished; refusing to run the kernel unsandboxed\n")
+        os._exit(70)
+    i = cmd.index("-f")
+    conn = _kernel_connection(cmd[i + 1], private)
+    cmd = [*cmd[:i + 1], f"{INNER_KERNEL}/connection.json", *cmd[i + 2:]]
+    spec.ro_bind = [*spec.ro_bind, [str(conn), f"{INNER_KERNEL}/connection.json"]]
+    if spec.bundle:
+        fd = os.open(spec.bundle, os.O_RDONLY)
+        os.set_inheritable(fd, True)
+        spec.env = {**spec.env, "TFS_HIDDEN_FD": str(fd)}
+    as_root = os.geteuid() == 0
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    pid = os.fork()
+    if pid == 0:  # the child: cgroup, limits, then bwrap
+        try:
+            os.close(r)
+            if spec.cgroup_parent:
+                groups = _join_cgroup(spec.cgroup_parent, spec.limits, os.getpid())
+                _write_json(private / "cgroups.json", {"groups": [str(g) for g in groups]})
+            uid = UID_BASE + os.getpid() % 100_000 if as_root else None
+            argv = (bwrap_argv(spec, bw, as_root) + ["--info-fd", str(w), "--"]
+                    + kernel_command(cmd, uid))
+            _apply_rlimits(spec.limits)
+            os.execve(bw, argv, {"PATH": "/usr/bin:/bin"})
+        except BaseException as exc:  # noqa: BLE001 - said in kernel.log, then exit 71
+            os.write(2, f"sandbox launcher: {type(exc).__name__}: {exc}\n".encode())
+        finally:
+            os._exit(71)
+    os.close(w)
+    raw = b""
+    while len(raw) < 65536:
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        raw += chunk
+    os.close(r)
+    try:
+        child = int(json.loads(raw.decode())["child-pid"])
+        _write_json(private / "sandbox.json", {"child-pid": child})
+    except (ValueError, KeyError, UnicodeDecodeError):
+        pass  # bwrap failed before the sandbox started; its error is in kernel.log
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    code = 128 - code if code < 0 else code
+    groups = []
+    try:
+        groups = [Path(g) for g in json.loads((private / "cgroups.json").read_text())["groups"]]
+    except (OSError, ValueError, KeyError):
+        pass
+    _write_json(private / "exit.json", {"code": code, "oom": _cgroup_oom(groups)})
+    _remove_cgroups(groups)
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -236,220 +403,55 @@ def main(argv: list[str] | None = None) -> None:
     spec_path, sep, *cmd = argv
     assert sep == "--" and cmd, "usage: python -m autograder.sandbox SPEC.json -- COMMAND..."
     spec = Spec(**json.loads(Path(spec_path).read_text()))
-    env = dict(os.environ)
-    env.update(spec.env)
-    env.pop("JPY_PARENT_PID", None) if spec.sandbox else None
-    # The kernel's own stdout/stderr (not the notebook's outputs) go to a capped log.
-    log = os.open(os.path.join(spec.private, "kernel.log"),
-                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    private = Path(spec.private)
+    # The kernel's own stdout/stderr (not the notebook's outputs) go to a log it cannot reach.
+    log = os.open(private / "kernel.log",
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
-    if spec.cgroup_parent:
-        _join_cgroup(spec.cgroup_parent, spec.limits)
+    if spec.sandbox:
+        _run_sandboxed(spec, cmd, private)
+    env = dict(spec.env)
     if spec.bundle:
         fd = os.open(spec.bundle, os.O_RDONLY)
         os.set_inheritable(fd, True)
         env["TFS_HIDDEN_FD"] = str(fd)
-    _apply_rlimits(spec.limits)
-    if spec.sandbox:
-        bw = bwrap_path()
-        if bw is None:
-            os.write(2, b"bubblewrap vanished; refusing to run the kernel unsandboxed\n")
-            os._exit(70)
-        full = bwrap_argv(spec, bw) + ["--"] + cmd
-        os.execve(bw, full, env)
-    os.chdir(spec.workdir)
+    _apply_rlimits({**spec.limits, "processes": None})  # NPROC would count the learner's own
+    os.chdir(env.get("HOME", spec.private))
     os.execve(cmd[0], cmd, env)
 
 
-# --------------------------------------------------------------------------- kernel side
+def read_capped(path: Path, limit: int = 64 * 1024, tail: bool = False) -> bytes:
+    """At most ``limit`` bytes of a regular file (its end with ``tail``), never through a link.
 
-# Written into the kernel's IPython startup folder: runs before any notebook cell.
-STARTUP = r'''
-# autograder start-up: load the hidden grading modules from memory, snapshot what tests rely on.
-def __tfs_setup():
-    import builtins, importlib.abc, importlib.util, json, os, sys
-    fd = os.environ.pop("TFS_HIDDEN_FD", None)
-    if fd is not None:
-        with os.fdopen(int(fd), "r", encoding="utf-8") as f:
-            sources = json.load(f)
+    Returns b"" for a missing file, a link, or anything that is not a regular file.
+    """
+    import stat
 
-        class _HiddenFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-            def find_spec(self, name, path=None, target=None):
-                if name in sources:
-                    is_pkg = sources[name][0]
-                    spec = importlib.util.spec_from_loader(name, self, is_package=is_pkg)
-                    return spec
-                if name == "autograder" or name.startswith("autograder."):
-                    return None
-                return None
-
-            def create_module(self, spec):
-                return None
-
-            def exec_module(self, module):
-                is_pkg, code = sources[module.__name__]
-                if is_pkg:
-                    module.__path__ = []
-                module.__file__ = "<hidden>/" + module.__name__.replace(".", "/") + ".py"
-                exec(compile(code, module.__file__, "exec"), module.__dict__)
-
-        sys.meta_path.insert(0, _HiddenFinder())
-    cap = int(os.environ.get("TFS_MAX_OUTPUT") or 0)
-    if cap:
-        # cap what the kernel prints at the source, while it streams
-        state = {"left": cap, "told": False}
-
-        def _tell(stream):
-            if not state["told"]:
-                state["told"] = True
-                stream.write(f"\n[output truncated: more than {cap // 1024} KiB of output]\n")
-
-        class _Capped:
-            def __init__(self, inner):
-                self._inner = inner
-
-            def write(self, text):
-                if state["left"] <= 0:
-                    _tell(self._inner)
-                    return len(text)
-                state["left"] -= len(text)
-                return self._inner.write(text[:max(0, state["left"] + len(text))])
-
-            def __getattr__(self, name):
-                return getattr(self._inner, name)
-
-        _stdout = sys.stdout
-        sys.stdout = _Capped(sys.stdout)
-        sys.stderr = _Capped(sys.stderr)
-
-        def _cap_rich(msg):
-            # display() and a cell's result share the budget; a bundle that does not fit
-            # is dropped whole (an image cannot be cut)
-            data = (msg.get("content") or {}).get("data") or {}
-            size = sum(len(v) if isinstance(v, str) else len(repr(v)) for v in data.values())
-            if size > state["left"]:
-                state["left"] = 0
-                _tell(_stdout)
-                return None
-            state["left"] -= size
-            return msg
-
-        for _owner in (get_ipython().display_pub, get_ipython().displayhook):
-            if hasattr(_owner, "register_hook"):
-                _owner.register_hook(_cap_rich)
-    day = os.environ.get("TFS_DAY", "")
-    import torch, torch.testing
-    import torch.nn.functional as F
-    mods = {}
-    for name in ("course.checking", "autograder.checks", f"autograder.checks.{day}",
-                 f"course.checks.{day}"):
-        try:
-            mods[name] = importlib.import_module(name)
-        except Exception:
-            pass
-    ip = get_ipython()
-    snap = {}
-    for owner, attrs in ((torch, ("allclose", "equal", "isclose", "all", "testing")),
-                         (torch.testing, ("assert_close",)),
-                         (torch.Tensor, ("__eq__", "__ne__", "allclose", "equal", "isclose",
-                                         "__bool__", "all", "item", "tolist")),
-                         (F, ("scaled_dot_product_attention", "softmax", "layer_norm"))):
-        for a in attrs:
-            if hasattr(owner, a):
-                snap[(owner, a)] = getattr(owner, a)
-    for name, mod in mods.items():
-        for a, v in list(vars(mod).items()):
-            if callable(v) and not a.startswith("__"):
-                snap[(mod, a)] = v
-    cls = type(ip)
-    for a in ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell",
-              "run_cell_async", "run_code", "run_ast_nodes"):
-        if hasattr(cls, a):
-            snap[(cls, a)] = cls.__dict__.get(a, getattr(cls, a))
-    _MISSING = object()
-    inst = {a: ip.__dict__.get(a, _MISSING) for a in
-            ("showtraceback", "_showtraceback", "showsyntaxerror", "run_cell", "run_cell_async",
-             "run_code", "run_ast_nodes", "custom_exceptions", "CustomTB", "InteractiveTB",
-             "SyntaxTB")}
-    lists = {name: list(getattr(ip, name)) for name in
-             ("input_transformers_cleanup", "input_transformers_post", "ast_transformers")}
-    _TRUSTED = ("matplotlib", "matplotlib_inline", "IPython", "ipykernel", "ipywidgets",
-                "tqdm", "torch", "course")
-    events = {e: list(ip.events.callbacks.get(e, [])) for e in
-              ("pre_execute", "pre_run_cell", "post_execute", "post_run_cell")}
-    modrefs = {name: mod for name, mod in mods.items()}
-    real_import = builtins.__import__
-
-    def guard():
-        """Undo known cheats before a test cell; return what had been changed."""
-        found = []
-        for (owner, a), v in snap.items():
-            if getattr(owner, a, None) is not v:
-                found.append(f"{getattr(owner, '__name__', owner)}.{a} was replaced")
-                try:
-                    setattr(owner, a, v)
-                except Exception:
-                    pass
-        for a, v in inst.items():
-            if ip.__dict__.get(a, _MISSING) is not v:
-                found.append(f"IPython's {a} was patched")
-                if v is _MISSING:
-                    ip.__dict__.pop(a, None)
-                else:
-                    ip.__dict__[a] = v
-        if ip.custom_exceptions:
-            found.append("a custom exception handler hides errors")
-            ip.set_custom_exc((), None)
-        for name, want in lists.items():
-            if list(getattr(ip, name)) != want:
-                found.append(f"IPython's {name} were changed")
-                getattr(ip, name)[:] = want
-        for e, want in events.items():
-            extra = [cb for cb in ip.events.callbacks.get(e, []) if cb not in want
-                     and not getattr(cb, "__module__", "").startswith(_TRUSTED)]
-            if extra:
-                found.append(f"an IPython {e} callback was registered")
-                ip.events.callbacks[e][:] = [cb for cb in ip.events.callbacks[e]
-                                             if cb not in extra]
-        for name, mod in modrefs.items():
-            if sys.modules.get(name) is not mod:
-                found.append(f"sys.modules[{name!r}] was replaced")
-                sys.modules[name] = mod
-        if builtins.__import__ is not real_import:
-            found.append("builtins.__import__ was replaced")
-            builtins.__import__ = real_import
-        return found
-
-    builtins.__tfs_guard__ = guard
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b""
+        if tail and st.st_size > limit:
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        out = b""
+        while len(out) < limit:
+            chunk = os.read(fd, min(1 << 20, limit - len(out)))
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        os.close(fd)
 
 
-__tfs_setup()
-del __tfs_setup
-'''
-
-GUARD_EXPR = "__import__('builtins').__tfs_guard__()"
-
-
-def hidden_bundle(course_root: Path, target: Path) -> Path:
-    """Write the grading library (autograder/__init__.py, autograder/checks/) as JSON."""
-    sources: dict[str, tuple[bool, str]] = {}
-    pkg = course_root / "autograder"
-    sources["autograder"] = (True, (pkg / "__init__.py").read_text(encoding="utf-8")
-                             if (pkg / "__init__.py").is_file() else "")
-    checks = pkg / "checks"
-    for py in sorted(checks.rglob("*.py")):
-        rel = py.relative_to(pkg).with_suffix("")
-        parts = ["autograder", *rel.parts]
-        is_pkg = parts[-1] == "__init__"
-        if is_pkg:
-            parts = parts[:-1]
-        sources[".".join(parts)] = (is_pkg, py.read_text(encoding="utf-8"))
-    target.write_text(json.dumps(sources), encoding="utf-8")
-    os.chmod(target, 0o600)
-    return target
+# --------------------------------------------------------------------------- host side
 
 
 def write_kernelspec(kernels_dir: Path, name: str, spec_path: Path, python: str) -> None:
@@ -465,25 +467,78 @@ def write_kernelspec(kernels_dir: Path, name: str, spec_path: Path, python: str)
     }))
 
 
-def prepare_private(private: Path) -> dict:
-    """Fresh private folder for one kernel; returns the kernel's environment additions."""
-    if private.exists():
-        shutil.rmtree(private, ignore_errors=True)
-    for sub in ("home", "tmp", "runtime", "ipython/profile_default/startup"):
-        (private / sub).mkdir(parents=True, exist_ok=True)
-    (private / "ipython/profile_default/startup/00-autograder.py").write_text(STARTUP)
-    return {
-        "HOME": str(private / "home"),
-        "TMPDIR": str(private / "tmp"),
-        "MPLCONFIGDIR": str(private / "tmp"),
-        "IPYTHONDIR": str(private / "ipython"),
-        "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
+def kernel_environment(private: Path, sandboxed: bool, python: str) -> dict:
+    """The kernel's whole environment (nothing of the grader's is inherited)."""
+    bindir = str(Path(python).parent)
+    if sandboxed:
+        home, tmp, ipy = INNER_HOME, INNER_TMP, INNER_IPYTHON
+        runtime = INNER_KERNEL
+    else:
+        home, tmp, ipy = (str(private / "home"), str(private / "tmp"),
+                          str(private / "ipython"))
+        runtime = str(private / "runtime")
+    env = {
+        "PATH": os.pathsep.join([bindir, "/usr/local/bin", "/usr/bin", "/bin"]),
+        "LANG": "C.UTF-8",
+        "HOME": home,
+        "TMPDIR": tmp,
+        "MPLCONFIGDIR": f"{tmp}/.matplotlib",
+        "IPYTHONDIR": ipy,
+        "JUPYTER_RUNTIME_DIR": runtime,
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
         # glibc reserves 64 MiB of address space per thread arena; under RLIMIT_AS that
         # reservation (not real use) would eat the kernel's memory limit thread by thread.
         "MALLOC_ARENA_MAX": "2",
     }
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TZ"):
+        if os.environ.get(var):
+            env[var] = os.environ[var]
+    if sandboxed:
+        env["PYTHONPATH"] = INNER_LIB
+    return env
+
+
+def prepare_private(private: Path, startup: str) -> None:
+    """A new private folder for one kernel (host-only; the sandbox never shows it)."""
+    private.mkdir(parents=True)
+    os.chmod(private, 0o700)
+    for sub in ("home", "tmp", "runtime", "work", "ipython/profile_default/startup"):
+        (private / sub).mkdir(parents=True, exist_ok=True)
+    script = private / "ipython/profile_default/startup" / STARTUP_NAME
+    script.write_text(startup)
+    os.chmod(script, 0o644)
+
+
+def dataset_binds() -> tuple[list[list[str]], dict]:
+    """Read-only binds of each dataset folder, and the kernel's data environment.
+
+    Inside the sandbox every dataset is a folder of ``/tmp/.data`` (``COURSE_DATA_DIR``, a
+    mirror), taken from the host's mirror, else from the host's verified cache; never a
+    parent folder (the host cache may hold other things). The kernel's own cache is in its
+    tmpfs.
+    """
+    try:
+        from course.data import MIRROR_ENV, REGISTRY, cache_dir
+    except Exception:  # noqa: BLE001 - no data layer: nothing to bind
+        return [], {}
+    names = sorted({e.dataset for e in REGISTRY.values()})
+    roots = []
+    if os.environ.get(MIRROR_ENV, "").strip():
+        roots.append(Path(os.environ[MIRROR_ENV]).expanduser())
+    try:
+        roots.append(cache_dir())
+    except Exception:  # noqa: BLE001
+        pass
+    binds = []
+    for name in names:
+        for r in roots:
+            d = r / name
+            if d.is_dir() and not d.is_symlink():
+                binds.append([str(d.resolve()), f"{INNER_DATA}/{name}"])
+                break
+    env = {"COURSE_DATA_DIR": INNER_DATA, "COURSE_CACHE_DIR": f"{INNER_TMP}/.cache-data"}
+    return binds, env
 
 
 if __name__ == "__main__":

@@ -246,6 +246,6 @@ def test_exit_words_name_the_signal():
 
 def test_kernel_cap_notice_is_recognised():
     """Does the executor look for the very words the kernel's start-up cap prints?"""
-    from autograder import execute, sandbox
+    from autograder import execute, kernel_startup
 
-    assert execute.KERNEL_CAP_NOTICE in sandbox.STARTUP
+    assert execute.KERNEL_CAP_NOTICE in kernel_startup.STARTUP

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import pipeline, sandbox
+from autograder import kernel_startup, pipeline, sandbox
 from autograder.pipeline import PipelineError
 from autograder.sandbox import GiB, Limits
 
@@ -153,27 +153,26 @@ def test_cli_refuses_without_bubblewrap(root, tmp_path, monkeypatch, capsys):
 
 
 def test_bwrap_command_hides_and_binds(tmp_path):
-    """Does the bwrap command line hide the course, bind back course/, and cut the network?"""
+    """Does the bwrap command line hide the course, bind back course/ read-only, cap the
+    kernel's tmpfs, cut the network, and bind no host folder writable?"""
     course = tmp_path / "course-root"
     (course / "course").mkdir(parents=True)
-    private = tmp_path / "p"
-    work = tmp_path / "w"
-    private.mkdir()
-    work.mkdir()
-    spec = sandbox.Spec(sandbox=True, limits=Limits().to_json(), private=str(private),
-                        workdir=str(work), hide=[str(course)], ro_bind=[str(course / "course")])
+    spec = sandbox.Spec(sandbox=True, limits=Limits().to_json(), private=str(tmp_path / "p"),
+                        hide=[str(course)],
+                        ro_bind=[[str(course / "course"), "/tmp/.lib/course"]])
     argv = sandbox.bwrap_argv(spec, "bwrap")
     joined = " ".join(argv)
     assert "--unshare-net" in argv and "--unshare-pid" in argv and "--cap-drop" in argv
-    assert "--tmpfs /tmp" in joined
-    assert f"--ro-bind {course / 'course'}" in joined
-    assert f"--bind {work}" in joined and f"--bind {private}" in joined
-    assert joined.index("--tmpfs /tmp") < joined.index(f"--bind {work}")
+    assert f"--size {Limits().disk} --perms 1777 --tmpfs /tmp" in joined
+    assert f"--size {Limits().shm} --perms 1777 --tmpfs /dev/shm" in joined
+    assert f"--ro-bind {course / 'course'} /tmp/.lib/course" in joined
+    assert "--bind " not in joined  # nothing of the host is writable
+    assert "--clearenv" in argv
 
 
 def test_hidden_bundle_holds_the_checks_only(root, tmp_path):
     """Does the bundle carry autograder.checks modules and nothing from solutions or source?"""
-    path = sandbox.hidden_bundle(root, tmp_path / "b.json")
+    path = kernel_startup.hidden_bundle(root, tmp_path / "b.json")
     data = json.loads(path.read_text())
     assert "autograder.checks" in data and f"autograder.checks.{S.DAY[:5]}" in data
     assert all(k == "autograder" or k.startswith("autograder.checks") for k in data)
@@ -189,16 +188,13 @@ def test_folders_made_for_binds_are_read_only(tmp_path):
 
     course = tmp_path / "course-root"
     (course / ".venv").mkdir(parents=True)
-    private, work = tmp_path / "p", tmp_path / "w"
-    private.mkdir()
-    work.mkdir()
-    spec = sandbox.Spec(sandbox=True, limits=Limits().to_json(), private=str(private),
-                        workdir=str(work), hide=[str(course)], ro_bind=[str(course / ".venv")])
+    spec = sandbox.Spec(sandbox=True, limits=Limits().to_json(), private=str(tmp_path / "p"),
+                        hide=[str(course)], ro_bind=[[str(course / ".venv")] * 2])
     argv = sandbox.bwrap_argv(spec, sandbox.bwrap_path())
     script = (f"touch {course}/HACKED 2>/dev/null && echo WROTE-COURSE; "
               f"touch {course}/.venv/HACKED 2>/dev/null && echo WROTE-VENV; "
-              f"touch {work}/ok && echo WROTE-WORK")
+              "touch /tmp/work/ok && echo WROTE-WORK")
     out = subprocess.run([*argv, "--", "sh", "-c", script], capture_output=True, text=True,
                          timeout=60).stdout
     assert out.split() == ["WROTE-WORK"], out
-    assert not (course / "HACKED").exists() and (work / "ok").exists()
+    assert not (course / "HACKED").exists()
