@@ -5,6 +5,7 @@ Commands:
     check-sync   regenerate into a temporary folder and diff with the committed release/, solutions/
     grade DIR    autograde DIR/<student_id>/<dayNN_slug>/*.ipynb (or a zip) in a sandbox,
                  print a table, write a CSV; re-running grades only what changed
+    accept S D   show a tampered submission's evidence; --yes pays its points in grades.csv
     feedback     HTML feedback per student and day (after grade)
     report       class report: score distributions, pass rates, frequent diagnoses
     verify       prove the hidden tests: reference 100%, blank 0, every mutant caught
@@ -17,6 +18,7 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -53,13 +55,57 @@ def _cmd_check_sync(args: argparse.Namespace) -> int:
 
 
 def _print_results(results: list[pipeline.Result], days: list[str], csv: Path | None) -> None:
+    from autograder import acceptance
+
     print(pipeline.format_table(results, days))
     for r in results:
         if r.status != "graded":
             print(f"  {r.student}/{r.day}: {r.status}: {r.detail}")
     if csv is not None:
-        pipeline.write_csv(results, days, csv)
+        accepted = acceptance.load(csv.parent / "accepted.json")
+        pipeline.write_csv(results, days, csv, accepted)
+        unpaid = [r for r in results if acceptance.paid(r, accepted) != r.score]
         print(f"\ngrades written to {csv}")
+        if unpaid:
+            print(f"{len(unpaid)} tampered submission(s) pay 0 until you accept them, after "
+                  "reading the evidence: python -m autograder accept STUDENT DAY")
+
+
+def _cmd_accept(args: argparse.Namespace) -> int:
+    from autograder import acceptance
+
+    root = pipeline.find_root(args.root)
+    day = pipeline.resolve_days(root, [args.day])[0]
+    out = args.output or Path("grading")
+    path = out / "results" / args.student / f"{day}.json"
+    if not path.is_file():
+        print(f"no result for {args.student}/{day} in {out / 'results'}", file=sys.stderr)
+        return 2
+    result = pipeline.Result.from_json(json.loads(path.read_text(encoding="utf-8")))
+    print(f"{result.student}/{result.day}: {result.status}, {result.score:g}/"
+          f"{result.max_score:g} points")
+    for flag in result.flags or ["(no flags)"]:
+        print(f"  evidence: {flag}")
+    if result.status not in acceptance.UNPAID:
+        print("nothing to accept: this result already pays its points")
+        return 0
+    file = out / "accepted.json"
+    accepted = acceptance.load(file)
+    if args.revoke:
+        accepted.discard((result.student, result.day, result.key))
+    elif not args.yes:
+        print("re-run with --yes to pay these points (or --revoke to take an acceptance back)")
+        return 0
+    else:
+        accepted.add((result.student, result.day, result.key))
+    acceptance.save(file, accepted)
+    results = pipeline.load_results(out / "results")
+    days = [d for d in pipeline.list_days(root) if any(r.day == d for r in results)]
+    pipeline.write_csv(results, days, out / "grades.csv", accepted)
+    paid = acceptance.paid(result, accepted)
+    print(f"{'revoked' if args.revoke else 'accepted'}: {result.student}/{result.day} now "
+          f"pays {paid:g} points; {out / 'grades.csv'} rewritten")
+    return 0
 
 
 def _limits(args: argparse.Namespace):
@@ -98,11 +144,15 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         print("warning: --no-sandbox: student code runs with your permissions, sees the hidden "
               "tests and can reach the network; grade only notebooks you trust.",
               file=sys.stderr)
+    problems: list[str] = []
     results = pipeline.grade(root, args.submissions, days=days, students=args.student,
                              jobs=args.jobs, results_dir=out / "results",
                              sandbox=not args.no_sandbox, limits=_limits(args),
                              resume=not args.no_resume, dask_scheduler=args.dask_scheduler,
-                             progress=None if args.quiet else _progress_printer(0))
+                             progress=None if args.quiet else _progress_printer(0),
+                             collect_problems=problems)
+    for why in problems:
+        print(f"not graded: {why}", file=sys.stderr)
     graded_days = [d for d in days if any(r.day == d for r in results)]
     _print_results(results, graded_days, out / "grades.csv")
     counts = {s: sum(r.status == s for r in results) for s in pipeline.STATUSES}
@@ -224,6 +274,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="largest file a notebook may write (default 256)")
     p.add_argument("--quiet", action="store_true", help="no line per graded notebook")
     p.set_defaults(func=_cmd_grade)
+
+    p = sub.add_parser("accept", help="show a tampered submission's evidence and pay it")
+    p.add_argument("student")
+    p.add_argument("day", help="day number or name (3, day03, day03_self_attention)")
+    p.add_argument("--output", type=Path, help="grading folder (default: grading)")
+    p.add_argument("--yes", action="store_true", help="accept: pay the points it earned")
+    p.add_argument("--revoke", action="store_true", help="take an acceptance back")
+    _add_common(p)
+    p.set_defaults(func=_cmd_accept)
 
     p = sub.add_parser("feedback", help="HTML feedback per student and day from grade results")
     _add_common(p)

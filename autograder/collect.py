@@ -3,9 +3,16 @@
 Accepted inside the zip:
 - the layout itself, optionally under one top folder (``submitted/alice/day03_.../x.ipynb``);
 - flat files named the way nbgrader's ``zip_collect`` expects by default
-  (``FileNameCollector.named_regexp``): ``<anything>_<student_id>_attempt_<timestamp>_<file>``,
-  e.g. ``day03_alice_attempt_2026-01-05-10-00-00_day03_self_attention.ipynb``. The day is
-  read from the file name, else from the notebook's graded cells.
+  (``FileNameCollector.named_regexp``): ``<assignment>_<student_id>_attempt_<timestamp>_<file>``,
+  e.g. ``day03_alice_attempt_2026-01-05-10-00-00_day03_self_attention.ipynb``.
+
+The ``<file>`` part is the name the student gave their upload, so it is never read for the
+student: a name is filed under a student only when it parses one way. It must hold exactly
+one ``_attempt_<timestamp>_``; before it, either a day of the course (``day03`` or its full
+name) then ``_<student_id>``, or ``<assignment>_<student_id>`` with one underscore. Anything
+else is ambiguous: reported and left ungraded. The day is read from the assignment part,
+else from the notebook's graded cells. Of several attempts of one student and day, the latest
+timestamp is kept (the others are reported); two with the same timestamp are both left out.
 """
 
 from __future__ import annotations
@@ -17,7 +24,38 @@ from pathlib import Path
 
 import nbformat
 
-NAMED = re.compile(r".+_(?P<student_id>\w+?)_attempt_(?P<timestamp>[0-9\-]+)_(?P<file_id>.+)")
+ATTEMPT = re.compile(r"_attempt_(?P<timestamp>[0-9][0-9\-]*)_")
+STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+
+
+def parse_lms_name(name: str, days: list[str]) -> tuple[str, str | None, str, str] | str:
+    """``(student, day or None, timestamp, file)`` of an LMS file name, or why it is ambiguous.
+
+    See the module docstring for the rule; ``day`` is None when the assignment part names no
+    day of the course.
+    """
+    hits = list(ATTEMPT.finditer(name))
+    if len(hits) != 1:
+        return (f"{name}: {len(hits)} '_attempt_<timestamp>_' parts (one expected); "
+                "cannot tell whose file it is")
+    m = hits[0]
+    head, stamp, fname = name[:m.start()], m.group("timestamp"), name[m.end():]
+    day, student = None, None
+    for d in sorted(days, key=len, reverse=True):
+        for prefix in (d, d[:5]):
+            if head.startswith(prefix + "_"):
+                day, student = d, head[len(prefix) + 1:]
+                break
+        if student is not None:
+            break
+    if student is None:
+        if head.count("_") != 1:
+            return (f"{name}: '{head}' does not split into <assignment>_<student_id> one way "
+                    "only")
+        student = head.split("_")[1]
+    if not STUDENT_ID.fullmatch(student) or not fname:
+        return f"{name}: '{student}' is not a valid student id"
+    return student, day, stamp, fname
 
 
 def _day_of(path: Path, name: str, days: list[str]) -> str | None:
@@ -35,8 +73,13 @@ def _day_of(path: Path, name: str, days: list[str]) -> str | None:
     return None
 
 
-def unzip_submissions(zip_path: Path, out: Path, days: list[str]) -> Path:
-    """Extract ``zip_path`` into ``out`` in the submissions layout; returns the folder."""
+def unzip_submissions(zip_path: Path, out: Path, days: list[str],
+                      problems: list[str] | None = None) -> Path:
+    """Extract ``zip_path`` into ``out`` in the submissions layout; returns the folder.
+
+    Files that cannot be filed unambiguously are appended to ``problems`` (and not graded).
+    """
+    problems = problems if problems is not None else []
     raw = out / "raw"
     with zipfile.ZipFile(zip_path) as zf:
         for info in zf.infolist():
@@ -49,21 +92,45 @@ def unzip_submissions(zip_path: Path, out: Path, days: list[str]) -> Path:
                 shutil.copyfileobj(src, dst)
     subs = out / "submitted"
     subs.mkdir(parents=True, exist_ok=True)
+    chosen: dict[tuple[str, str], tuple[str, Path, str]] = {}
+    tied: set[tuple[str, str]] = set()
     for nb in sorted(raw.rglob("*.ipynb")):
         rel = nb.relative_to(raw).parts
         if ".ipynb_checkpoints" in rel or "__MACOSX" in rel:
             continue
         if len(rel) >= 3 and rel[-2] in days:
-            student, day, fname = rel[-3], rel[-2], rel[-1]
+            student, day, fname, stamp = rel[-3], rel[-2], rel[-1], ""
+            if not STUDENT_ID.fullmatch(student):
+                problems.append(f"{'/'.join(rel)}: '{student}' is not a valid student id")
+                continue
         else:
-            m = NAMED.match(nb.name)
-            if not m:
+            parsed = parse_lms_name(nb.name, days)
+            if isinstance(parsed, str):
+                problems.append(parsed)
                 continue
-            student, fname = m.group("student_id"), m.group("file_id")
-            day = _day_of(nb, fname, days)
+            student, day, stamp, fname = parsed
+            day = day or _day_of(nb, fname, days)
             if day is None:
+                problems.append(f"{nb.name}: no day of the course in its name or its cells")
                 continue
-        dest = subs / student / day / fname
+        key = (student, day)
+        if key in chosen:
+            old_stamp, old_nb, _ = chosen[key]
+            if stamp == old_stamp:
+                tied.add(key)
+                problems.append(f"{nb.name} and {old_nb.name}: two files for {student}/{day} "
+                                "with the same time; neither was graded")
+                continue
+            older = nb if stamp < old_stamp else old_nb
+            problems.append(f"{older.name}: an earlier attempt of {student}/{day}; the latest "
+                            "was graded")
+            if stamp < old_stamp:
+                continue
+        chosen[key] = (stamp, nb, fname)
+    for (student, day), (_, nb, fname) in sorted(chosen.items()):
+        if (student, day) in tied:
+            continue
+        dest = subs / student / day / Path(fname).name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(nb, dest)
     return subs

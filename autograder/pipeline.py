@@ -329,7 +329,7 @@ def discover(submissions: Path, days: list[str], students: list[str] | None = No
         raise PipelineError(f"{submissions} is not a folder of submissions "
                             "(<student_id>/<dayNN_slug>/<dayNN_slug>.ipynb)")
     student_dirs = sorted(p for p in submissions.iterdir()
-                          if p.is_dir() and not p.name.startswith("."))
+                          if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
     if students:
         student_dirs = [p for p in student_dirs if p.name in students]
     if not student_dirs:
@@ -339,7 +339,7 @@ def discover(submissions: Path, days: list[str], students: list[str] | None = No
         for day in days:
             ddir = sdir / day
             jobs.append((sdir.name, day, find_submitted_notebook(ddir, day)
-                         if ddir.is_dir() else None))
+                         if ddir.is_dir() and not ddir.is_symlink() else None))
     return jobs
 
 
@@ -607,14 +607,24 @@ def grade_one(job: dict) -> dict:
     private = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
     shutil.rmtree(private)
     sandbox.prepare_private(private, STARTUP)
-    kenv = sandbox.kernel_environment(private, sandboxed, sys.executable)
+    # The Python environment, read-only; a venv inside the instructor's checkout is shown at
+    # a neutral path (/tmp/.venv), so that no path of the checkout reaches the kernel.
+    python = sys.executable
+    exe_prefix = str(Path(os.path.realpath(sys.executable)).parent.parent)
+    ro = [[p, p] for p in dict.fromkeys([sys.base_prefix, exe_prefix])]
+    course_root = Path(_WORKER["course_root"]).resolve()
+    if sandboxed and sys.prefix != sys.base_prefix and \
+            Path(sys.prefix).resolve().is_relative_to(course_root):
+        ro.append([sys.prefix, sandbox.INNER_VENV])
+        python = sandbox.INNER_VENV + sys.executable[len(sys.prefix):]
+    elif sys.prefix not in (sys.base_prefix, exe_prefix):
+        ro.append([sys.prefix, sys.prefix])
+    kenv = sandbox.kernel_environment(private, sandboxed, python)
     kenv["TFS_DAY"] = day
     kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
     kenv["NBGRADER_EXECUTION"] = "autograde"
     hide = [str(_WORKER["course_root"]), str(_WORKER["base"]), str(Path.home()),
             *settings.get("hide", [])]
-    exe_prefix = str(Path(os.path.realpath(sys.executable)).parent.parent)
-    ro = [[p, p] for p in dict.fromkeys([sys.prefix, sys.base_prefix, exe_prefix])]
     bundle = None
     if sandboxed:
         ro.append([str(Path(_WORKER["course_root"]) / "course"), f"{sandbox.INNER_LIB}/course"])
@@ -636,8 +646,7 @@ def grade_one(job: dict) -> dict:
                         cgroup_parent=settings.get("cgroup_parent"))
     spec_path = private / "spec.json"
     spec_path.write_text(json.dumps(spec.__dict__))
-    sandbox.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path,
-                             sys.executable)
+    sandbox.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path, python)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(private / "runtime")
 
     config = load_config(root, root / "gradebook.db")
@@ -919,11 +928,12 @@ def template_cache(root: Path, days: list[str]) -> Path:
     """A generated grading template for ``days``, made once per version of the course.
 
     Like an instructor's one-off ``nbgrader generate_assignment``: kept in
-    ``$TFS_GRADING_CACHE`` (default ``~/.cache/transformers-from-scratch/grading``, which
-    the sandbox hides), keyed by the course fingerprint of each day.
+    ``$TFS_GRADING_CACHE`` (default ``~/.cache/transformers-from-scratch-grading``, apart
+    from the dataset cache; the sandbox shows neither), keyed by the course fingerprint of
+    each day.
     """
     base = Path(os.environ.get("TFS_GRADING_CACHE") or
-                Path.home() / ".cache" / "transformers-from-scratch" / "grading")
+                Path.home() / ".cache" / "transformers-from-scratch-grading")
     key = hashlib.sha256(json.dumps(
         [course_fingerprint(root, d) for d in sorted(days)]).encode()).hexdigest()[:20]
     target = base / key
@@ -942,10 +952,11 @@ def template_cache(root: Path, days: list[str]) -> Path:
 
 
 def _settings(sandboxed: bool, limits, tamper: bool) -> dict:
-    from autograder.sandbox import Limits
+    from autograder.sandbox import Limits, default_cgroup_parent
 
     lim = limits if limits is not None else Limits()
-    return {"sandbox": sandboxed, "limits": lim.to_json(), "tamper": tamper}
+    return {"sandbox": sandboxed, "limits": lim.to_json(), "tamper": tamper,
+            "cgroup_parent": default_cgroup_parent() if sandboxed else None}
 
 
 def grade(
@@ -963,6 +974,7 @@ def grade(
     resume: bool = True,
     dask_scheduler: str | None = None,
     progress=None,
+    collect_problems: list[str] | None = None,
 ) -> list[Result]:
     """Autograde every (student, day) under ``submissions``; never abort on one bad notebook.
 
@@ -975,7 +987,8 @@ def grade(
     ``sandbox``: True requires bubblewrap (PipelineError otherwise), False runs kernels
     directly, "auto" uses bubblewrap when it works. ``limits``: a ``sandbox.Limits``.
     ``dask_scheduler``: send each submission to that Dask cluster instead of local workers.
-    ``progress``: called with each Result as it arrives.
+    ``progress``: called with each Result as it arrives. ``collect_problems``: gets the files
+    of a zip that could not be filed under one student unambiguously (left ungraded).
     """
     days = resolve_days(root, days)
     if work is None:
@@ -983,7 +996,7 @@ def grade(
             from autograder.collect import unzip_submissions
 
             tmp_subs = Path(tempfile.mkdtemp(prefix="tfs-unzip-"))
-            submissions = unzip_submissions(submissions, tmp_subs, days)
+            submissions = unzip_submissions(submissions, tmp_subs, days, collect_problems)
         work = discover(submissions, days, students)
     days = sorted({d for _, d, _ in work})
     sandboxed = sandbox_mode(sandbox)
@@ -1060,10 +1073,18 @@ def grade(
     return sorted(results.values(), key=lambda r: order.get((r.student, r.day), 0))
 
 
-def write_csv(results: list[Result], days: list[str], path: Path) -> None:
-    """One row per student, one column per day (points), plus total and max."""
+def write_csv(results: list[Result], days: list[str], path: Path,
+              accepted: set[tuple[str, str, str]] | None = None) -> None:
+    """One row per student, one column per day (points), plus total and max.
+
+    A ``tampered`` result pays 0 unless ``accepted`` holds its (student, day, key)
+    (:mod:`autograder.acceptance`; ``python -m autograder accept``).
+    """
     import csv
 
+    from autograder.acceptance import paid
+
+    accepted = accepted or set()
     students = sorted({r.student for r in results})
     by_key = {(r.student, r.day): r for r in results}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -1073,10 +1094,21 @@ def write_csv(results: list[Result], days: list[str], path: Path) -> None:
         w.writerow(["student_id", *days, "total", "max_total"])
         for s in students:
             row = [by_key.get((s, d)) for d in days]
-            w.writerow([s, *(f"{r.score:g}" if r else "" for r in row),
-                        f"{sum(r.score for r in row if r):g}",
+            w.writerow([s, *(f"{paid(r, accepted):g}" if r else "" for r in row),
+                        f"{sum(paid(r, accepted) for r in row if r):g}",
                         f"{sum(r.max_score for r in row if r):g}"])
     os.replace(tmp, path)
+
+
+def load_results(results_dir: Path) -> list[Result]:
+    """Every result JSON under ``results_dir/<student>/<day>.json`` (unreadable ones skipped)."""
+    out = []
+    for f in sorted(results_dir.glob("*/*.json")):
+        try:
+            out.append(Result.from_json(json.loads(f.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return out
 
 
 def format_table(results: list[Result], days: list[str]) -> str:

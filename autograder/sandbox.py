@@ -51,6 +51,7 @@ INNER_KERNEL = "/tmp/.kernel"        # connection file (read-only bind) and IPC 
 INNER_IPC = INNER_KERNEL + "/ipc"    # zmq ipc paths are "<ip>-<port>"
 INNER_LIB = "/tmp/.lib"              # course/ bound read-only as /tmp/.lib/course
 INNER_DATA = "/tmp/.data"            # each dataset folder bound read-only (a data mirror)
+INNER_VENV = "/tmp/.venv"            # a venv that lives inside the instructor's checkout
 STARTUP_NAME = "00-autograder.py"
 # uids given to sandboxed kernels when the grader is root: one per kernel (by the launcher's
 # pid), so that the process limit counts one kernel's processes only.
