@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from autograder import pipeline
+from autograder.console import Progress
 from autograder.pipeline import PipelineError
 
 
@@ -37,7 +38,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def _cmd_build(args: argparse.Namespace) -> int:
     root = pipeline.find_root(args.root)
     t0 = time.monotonic()
-    days = pipeline.build(root, args.day)
+    progress = Progress("built")
+    days = pipeline.build(root, args.day, progress=progress)
+    progress.close()
     print(f"built release/ and solutions/ for {len(days)} days in {time.monotonic() - t0:.1f} s")
     return 0
 
@@ -125,16 +128,6 @@ def _limits(args: argparse.Namespace):
     return lim
 
 
-def _progress_printer(total: int):
-    count = {"n": 0}
-
-    def show(r: pipeline.Result) -> None:
-        count["n"] += 1
-        print(f"[{count['n']}] {r.student}/{r.day}: {r.status} "
-              f"{r.score:g}/{r.max_score:g}", flush=True)
-    return show
-
-
 def _cmd_grade(args: argparse.Namespace) -> int:
     root = pipeline.find_root(args.root)
     days = pipeline.resolve_days(root, args.day)
@@ -145,12 +138,14 @@ def _cmd_grade(args: argparse.Namespace) -> int:
               "tests and can reach the network; grade only notebooks you trust.",
               file=sys.stderr)
     problems: list[str] = []
+    progress = None if args.quiet else Progress("graded")
     results = pipeline.grade(root, args.submissions, days=days, students=args.student,
                              jobs=args.jobs, results_dir=out / "results",
                              sandbox=not args.no_sandbox, limits=_limits(args),
                              resume=not args.no_resume, dask_scheduler=args.dask_scheduler,
-                             progress=None if args.quiet else _progress_printer(0),
-                             collect_problems=problems)
+                             progress=progress, collect_problems=problems)
+    if progress is not None:
+        progress.close()
     for why in problems:
         print(f"not graded: {why}", file=sys.stderr)
     graded_days = [d for d in days if any(r.day == d for r in results)]
@@ -185,8 +180,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from autograder.verify import verify
 
     root = pipeline.find_root(args.root)
+    progress = Progress("verified")
     report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant,
-                    sandbox=bool(getattr(args, "sandbox", False)))
+                    sandbox=bool(getattr(args, "sandbox", False)), progress=progress)
+    progress.close()
     days = sorted({r.day for r in report.results})
     refs = [r for r in report.results if r.student in ("reference", "blank")]
     print(pipeline.format_table(refs, days))
@@ -217,9 +214,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 (subs / student / day).mkdir(parents=True)
                 shutil.copy2(src, subs / student / day / src.name)
         t0 = time.monotonic()
+        progress = Progress("graded")
         results = pipeline.grade(root, subs, days=days, jobs=args.jobs,
                                  results_dir=out / "results", resume=False,
-                                 sandbox=bool(args.sandbox))
+                                 sandbox=bool(args.sandbox), progress=progress)
+        progress.close()
     print("Sample submissions: 'reference' = solutions/, 'blank' = untouched release/\n")
     _print_results(results, days, out / "grades.csv")
     print(f"graded {len(results)} notebooks in {time.monotonic() - t0:.1f} s "

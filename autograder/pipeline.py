@@ -124,8 +124,12 @@ def _run_converter(converter_cls, config, assignment_id: str, student_id: str = 
         converter.start()
 
 
-def generate(root: Path, days: list[str], db_path: Path, solutions: bool = True) -> None:
-    """Run nbgrader's generate_assignment (and generate_solution) for ``days`` under ``root``."""
+def generate(root: Path, days: list[str], db_path: Path, solutions: bool = True,
+             progress=None) -> None:
+    """Run nbgrader's generate_assignment (and generate_solution) for ``days`` under ``root``.
+
+    ``progress``: a :class:`autograder.console.Progress`, told of each day as it is done.
+    """
     from nbgrader.api import Gradebook
     from nbgrader.converters import GenerateAssignment, GenerateSolution
 
@@ -133,10 +137,14 @@ def generate(root: Path, days: list[str], db_path: Path, solutions: bool = True)
     with Gradebook(f"sqlite:///{db_path}", "transformers-from-scratch") as gb:
         for day in days:
             gb.update_or_create_assignment(day)
+    if progress is not None:
+        progress.set_total(len(days))
     for day in days:
         _run_converter(GenerateAssignment, config, day)
         if solutions:
             _run_converter(GenerateSolution, config, day)
+        if progress is not None:
+            progress.item(day)
     for top in ("release", "solutions") if solutions else ("release",):
         for day in days:
             for nb_path in (root / top / day).glob("*.ipynb"):
@@ -153,14 +161,14 @@ def _normalize(nb_path: Path) -> None:
     nbformat.write(nb, str(nb_path))
 
 
-def build(root: Path, days: list[str] | None = None) -> list[str]:
+def build(root: Path, days: list[str] | None = None, progress=None) -> list[str]:
     """Generate ``release/`` and ``solutions/`` from ``source/`` in place. Returns the days."""
     days = resolve_days(root, days)
     for top in ("release", "solutions"):
         for day in days:
             shutil.rmtree(root / top / day, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="tfs-build-") as tmp:
-        generate(root, days, Path(tmp) / "gradebook.db")
+        generate(root, days, Path(tmp) / "gradebook.db", progress=progress)
     return days
 
 
@@ -1011,6 +1019,8 @@ def grade(
     settings["hide"] = sorted(set(hide))
     totals = {d: max_score(root, d) for d in days}
 
+    if progress is not None and hasattr(progress, "set_total"):
+        progress.set_total(len(work))
     results: dict[tuple[str, str], Result] = {}
     todo: list[dict] = []
     for student, day, path in work:

@@ -48,9 +48,11 @@ def check_mutant(m: Mutant, r: Result) -> str | None:
 
 
 def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
-           mutant_ids: list[str] | None = None, sandbox: bool | str = False) -> Report:
+           mutant_ids: list[str] | None = None, sandbox: bool | str = False,
+           progress=None) -> Report:
     """Grade the reference, blank and mutant notebooks. They are trusted: no sandbox unless
-    asked (``sandbox=True`` or "auto" grades them exactly as ``grade`` does)."""
+    asked (``sandbox=True`` or "auto" grades them exactly as ``grade`` does). ``progress``:
+    called with each result (see :class:`autograder.console.Progress`)."""
     start = time.monotonic()
     days = resolve_days(root, days)
     mutants = [m for m in load_catalog() if m.day in days
@@ -76,7 +78,7 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
             nbformat.write(m.apply(solution_nbs[m.day]), str(target))
             work.append((f"mutant-{m.id}", m.day, target))
         results = grade(root, subs, days=days, jobs=jobs, work=work, sandbox=sandbox,
-                        resume=False)
+                        resume=False, progress=progress)
     by_key = {(r.student, r.day): r for r in results}
     for day in days:
         ref = by_key.get(("reference", day))

@@ -32,3 +32,50 @@ def fresh_python():
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=timeout)
     return run
+
+
+# --------------------------------------------------------------------------- skipped tests
+# A test skipped in CI is a test that does not exist: with CI set (``.ci/run`` sets it), any
+# skip fails the run and is named. Locally, skips are allowed and the end of the run says
+# which Debian packages would make them run.
+
+PACKAGES_FOR = {  # words of a skip reason -> the Debian packages that remove it
+    "bubblewrap": "bubblewrap",
+    "bwrap": "bubblewrap",
+    "Chromium": "chromium",
+    "chromium": "chromium",
+}
+
+
+def skipped_report(skips: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """Lines naming each skipped test with its reason, and the Debian packages to install."""
+    lines = [f"  {nodeid}: {reason}" for nodeid, reason in skips]
+    packages = sorted({pkg for _, reason in skips for word, pkg in PACKAGES_FOR.items()
+                       if word in reason})
+    return lines, packages
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    skips = [(r.nodeid, _skip_reason(r)) for r in reporter.stats.get("skipped", [])]
+    if not skips:
+        return
+    lines, packages = skipped_report(skips)
+    strict = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    reporter.write_sep("=", f"{len(skips)} test(s) skipped" + (" - not allowed in CI"
+                                                                   if strict else ""))
+    for line in lines:
+        reporter.write_line(line)
+    if packages:
+        reporter.write_line(f"to run them: apt-get install {' '.join(packages)}")
+    if strict and session.exitstatus == 0:
+        session.exitstatus = 1

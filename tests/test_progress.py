@@ -41,6 +41,26 @@ def test_progress_file_never_lands_in_generated_release(tmp_path):
     assert P.find_progress_file(nb.parent) == tmp_path / P.FILENAME
 
 
+@pytest.mark.parametrize("layout", ["repository", "learner copy"])
+def test_progress_reads_the_file_selfcheck_wrote_from_anywhere_inside(tmp_path, layout):
+    """Wherever the learner runs ``progress`` inside the course (its root, release/, a day
+    folder, the notebook itself), is it the file the self-check wrote, and is it named?"""
+    course = tmp_path / "course"
+    if layout == "repository":
+        (course / "source").mkdir(parents=True)
+        (course / "autograder").mkdir()
+        days_dir = course / "release"
+    else:
+        days_dir = course
+    nb = _notebook(days_dir, DAYS[2])
+    written = P.progress_path(nb)
+    P.record(written, DAYS[2], 7, 7, {"day03_mask": (2, 2)}, nb)
+    for start in {course, days_dir, nb.parent, nb}:
+        assert P.find_progress_file(start) == written, start
+    text = P.show_progress(nb.parent)
+    assert str(written) in text and "7/7" in text.replace(" ", ""), text
+
+
 def test_environment_override(tmp_path, monkeypatch):
     """Does COURSE_PROGRESS_FILE win over every rule?"""
     target = tmp_path / "elsewhere.json"
