@@ -27,11 +27,12 @@ from pathlib import Path
 from time import monotonic
 
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import ensure_async
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import CaselessStrEnum, Integer, default
+from traitlets import CaselessStrEnum, Integer, Unicode, default
 
 EVENTS: dict = {}
 # The first words of the notice the kernel's start-up script (kernel_startup.STARTUP) prints when it
@@ -124,7 +125,7 @@ def _is_socket(path: str) -> bool:
 def reset_events() -> None:
     EVENTS.clear()
     EVENTS.update(timeout=False, kernel_died=False, kernel_exit=None, output_truncated=False,
-                  tamper=[], guard=False, guard_memory=False, skipped=0)
+                  tamper=[], guard=False, guard_memory=False, skipped=0, judged={}, review=[])
 
 
 reset_events()
@@ -139,6 +140,8 @@ class GuardedExecute(Execute):
     notebook_timeout = Integer(600, help="seconds for the whole notebook").tag(config=True)
     max_output = Integer(2 * 1024 * 1024, help="bytes of output per notebook").tag(config=True)
     use_guard = Integer(1, help="run the grading guard before test cells").tag(config=True)
+    judge_day = Unicode("", help="judge this day's hidden tests outside the kernel "
+                                 "(autograder.judge)").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", GradingKernelManager)
@@ -149,7 +152,21 @@ class GuardedExecute(Execute):
         self._stopped = ""
         self._out_bytes = 0
         self._told_truncated = False
-        return super().preprocess(nb, resources, km)
+        self._judge_client = None
+        self._judge_pool = None
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            if self._judge_pool is not None:
+                self._judge_pool.submit(self._close_judge_client).result()
+                self._judge_pool.shutdown()
+                self._judge_pool = None
+
+    def _close_judge_client(self) -> None:
+        if self._judge_client is not None:
+            self._judge_client.stop_channels()
+            self._judge_client.context.destroy(linger=0)
+            self._judge_client = None
 
     # -- time budget -----------------------------------------------------------------
     def _get_timeout(self, cell):
@@ -180,6 +197,8 @@ class GuardedExecute(Execute):
             self._stopped = (f"the notebook ran out of its {self.notebook_timeout} s "
                              "time budget before this cell")
             return self._stop_output(cell, self._stopped)
+        if self.judge_day and _is_test_cell(cell):
+            return await self._judge_cell(cell)
         try:
             if self.use_guard and _is_test_cell(cell):
                 await self._run_guard()
@@ -203,6 +222,102 @@ class GuardedExecute(Execute):
             return cell
 
     execute_cell = run_sync(async_execute_cell)
+
+    # -- the judge -------------------------------------------------------------------
+    async def _judge_cell(self, cell: NotebookNode) -> NotebookNode:
+        """Judge a hidden test cell in this (trusted) process; the kernel only answers the
+        judge's requests. The cell's outputs are the verdict: none when it passed, one
+        error with the check's message when it failed (nbgrader scores it as usual)."""
+        from autograder import judge
+
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        timeout = self._get_timeout(cell) or self.notebook_timeout
+        deadline = monotonic() + timeout
+        try:
+            call = judge.parse_hidden_cell(cell.source)
+        except judge.NotJudgeable as exc:
+            verdict = judge.Verdict(False, f"the hidden test cannot be judged: {exc}", [])
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from autograder.remote import Conn
+
+            # One thread for all of this notebook's judging: it owns the blocking client.
+            if self._judge_pool is None:
+                self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
+            conn = Conn(self._judge_transport(deadline))
+            verdict = await asyncio.get_running_loop().run_in_executor(
+                self._judge_pool, judge.run, call, conn)
+        if "timed out" in verdict.message or "kernel died" in verdict.message:
+            EVENTS["timeout" if "timed out" in verdict.message else "kernel_died"] = True
+            if "timed out" in verdict.message:
+                await ensure_async(self.km.interrupt_kernel())
+            else:
+                self._stopped = "the kernel died earlier in the notebook"
+        if verdict.passed and verdict.forbidden:
+            sources = [c.source for c in self.nb.cells if c.cell_type == "code"
+                       and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+            for found in judge.static_review(sources, verdict.forbidden):
+                if found not in EVENTS["review"]:
+                    EVENTS["review"].append(found)
+        EVENTS["judged"][gid] = verdict.to_json()
+        cell.outputs = [] if verdict.passed else [NotebookNode(
+            output_type="error", ename="CheckFailure", evalue=verdict.message,
+            traceback=[f"CheckFailure: {verdict.message}"])]
+        return cell
+
+    def _make_judge_client(self):
+        import zmq
+        from jupyter_client.blocking import BlockingKernelClient
+
+        ctx = zmq.Context()
+        ctx.setsockopt(zmq.RECONNECT_IVL, -1)
+        ctx.setsockopt(zmq.MAXMSGSIZE, 256 * 1024 * 1024)
+        bc = BlockingKernelClient(context=ctx)
+        bc.load_connection_info(self.km.get_connection_info(session=False))
+        bc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        return bc
+
+    def _judge_transport(self, deadline: float):
+        """request text -> answer text, through a silent execute_request's user expression;
+        the answer must be a quoted base64 string, nothing else is read."""
+        import queue
+        import re
+
+        from autograder.remote import JudgeError
+
+        process = getattr(self.km.provisioner, "process", None)
+        b64 = re.compile(r"'([A-Za-z0-9+/=]*)'")
+
+        def transport(payload: str) -> str:
+            if self._judge_client is None:
+                self._judge_client = self._make_judge_client()
+            bc = self._judge_client
+            expr = f"__import__('course.agent', fromlist=['handle']).handle('{payload}')"
+            msg_id = bc.execute("", silent=True, store_history=False, allow_stdin=False,
+                                user_expressions={"r": expr})
+            while True:
+                left = deadline - monotonic()
+                if left <= 0:
+                    raise JudgeError("timed out: the learner's code ran past the cell's time "
+                                     "limit")
+                try:
+                    msg = bc.get_shell_msg(timeout=min(1.0, left))
+                except queue.Empty:
+                    if process is not None and process.poll() is not None:
+                        raise JudgeError("the kernel died while the judge waited") from None
+                    continue
+                if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                r = (msg.get("content") or {}).get("user_expressions", {}).get("r") or {}
+                if r.get("status") != "ok":
+                    raise JudgeError(f"the kernel's agent failed: {str(r.get('ename'))[:100]}: "
+                                     f"{str(r.get('evalue'))[:300]}")
+                m = b64.fullmatch(str((r.get("data") or {}).get("text/plain", "")))
+                if not m:
+                    raise JudgeError("the kernel's answer is not a base64 string")
+                return m.group(1)
+        return transport
 
     async def _exit_code(self) -> int | None:
         """The dead kernel's exit status (negative: killed by that signal), if known."""

@@ -543,6 +543,7 @@ def grade_one(job: dict) -> dict:
     from nbgrader.converters import Autograde
 
     from autograder import execute, sandbox
+    from autograder.judge import is_judged
 
     t0 = time.monotonic()
     student, day, nb_path = job["student"], job["day"], job["path"]
@@ -639,7 +640,8 @@ def grade_one(job: dict) -> dict:
         binds, data_env = sandbox.dataset_binds()
         ro += binds
         kenv.update(data_env)
-        bundle = str(_WORKER["template"] / "hidden.json")
+        if not is_judged(day):  # a judged day's checks never enter the kernel
+            bundle = str(_WORKER["template"] / "hidden.json")
         os.environ["TFS_KERNEL_PRIVATE"] = str(private)
     else:
         kenv["PYTHONPATH"] = str(_WORKER["course_root"])
@@ -666,6 +668,7 @@ def grade_one(job: dict) -> dict:
     config.GuardedExecute.notebook_timeout = lim["notebook_timeout"]
     config.GuardedExecute.max_output = lim["output"]
     config.GuardedExecute.use_guard = 1 if settings.get("tamper", True) else 0
+    config.GuardedExecute.judge_day = day if is_judged(day) else ""
     config.GuardedExecute.kernel_name = "tfs-graded"
     config.GuardedExecute.startup_timeout = 120
     config.GuardedExecute.interrupt_on_timeout = True
@@ -718,20 +721,37 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
                     f"{limit // 1024**2} MiB despite the output cap")
     graded = nbformat.reads(text, as_version=4)
     tests = score_notebook(source_nb, graded)
-    score = sum(t.points for t in tests)
     events = dict(execute.EVENTS)
+    judged = bool(events.get("judged"))
+    review = []
+    if judged:
+        tests = _gate(tests, events["judged"])
+        # Judged outside the kernel, a tampered kernel cannot earn a value check: what the
+        # static scan finds is for the instructor's eyes, not a reason to withhold points.
+        review = [f"review: {f}" for f in static + list(events.get("review", []))]
+        static = []
+    score = sum(t.points for t in tests)
     events["tamper"] = static + list(events.get("tamper", []))
     try:
         events["exit"] = json.loads(sandbox.read_capped(private / "exit.json", 4096) or b"{}")
     except ValueError:
         events["exit"] = {}
     status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
-    flags += dup_flags
+    flags += dup_flags + review
     detail = "; ".join(flags[:5])
-    if settings.get("tamper", True) and not events.get("guard") and any(
+    if settings.get("tamper", True) and not events.get("guard") and not judged and any(
             True for _ in graded_cells(source_nb)) and status == "graded" and sandboxed:
         flags.append("the grading guard never ran")
     return done(status, score, tests, detail, flags, text)
+
+
+def _gate(tests: list[TestResult], verdicts: dict) -> list[TestResult]:
+    """Withhold the points of observed checks whose names failed a value check."""
+    from autograder.judge import Verdict, gate
+
+    unpaid = gate({gid: Verdict(**v) for gid, v in verdicts.items()})
+    return [TestResult(t.grade_id, 0.0, t.max_points, unpaid[t.grade_id])
+            if t.grade_id in unpaid else t for t in tests]
 
 
 def _tail(path: Path, n: int = 600) -> str:

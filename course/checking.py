@@ -35,6 +35,20 @@ class CheckFailure(AssertionError):
     """A check failed; the message says what was expected and the likely mistake."""
 
 
+# Hooks for the grading judge (autograder.remote), which runs the hidden checks outside the
+# learner's kernel: how to fetch a tensor that still lives in the kernel (identity here), the
+# functions forbidden by the innermost ``forbid`` (sent along with each call into the kernel),
+# and how many comparisons of a learner's values with expected values succeeded.
+LOCAL_VALUE: Callable[[Any], Any] = lambda value: value  # noqa: E731
+ACTIVE_FORBID: list[str] = []
+VALUE_CHECKS: list[int] = [0]
+
+
+def note_value_checked() -> None:
+    """Count one successful comparison of a learner's values with expected values."""
+    VALUE_CHECKS[0] += 1
+
+
 # Error texts that PyTorch raises for classic mistakes, mapped to advice.
 # Checked in order; the first pattern found in the exception text wins.
 _HINTS: list[tuple[str, str]] = [
@@ -132,6 +146,7 @@ def expect_tensor(
     The type must be exactly ``torch.Tensor`` (or ``nn.Parameter``): an object that merely
     pretends (a subclass whose ``__eq__`` or ``allclose`` always says yes) is rejected.
     """
+    value = LOCAL_VALUE(value)
     if type(value) not in (torch.Tensor, torch.nn.Parameter):
         raise CheckFailure(
             f"{name} should be a torch.Tensor, got {type(value).__module__}."
@@ -165,10 +180,11 @@ def assert_close(
     hint: str = "",
 ) -> None:
     """Compare values with stated tolerances; report the worst element and a hint."""
-    expect_tensor(actual, name, shape=tuple(expected.shape))
+    actual = expect_tensor(actual, name, shape=tuple(expected.shape))
     a = actual.detach().to(torch.float64)
     e = expected.detach().to(torch.float64)
     if torch.allclose(a, e, rtol=rtol, atol=atol):
+        note_value_checked()
         return
     diff = (a - e).abs()
     worst = int(diff.argmax())
@@ -183,6 +199,7 @@ def assert_close(
 
 def matches(actual: Any, expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     """True when ``actual`` is a real tensor equal to ``expected`` (used to name mistakes)."""
+    actual = LOCAL_VALUE(actual)
     if type(actual) not in (torch.Tensor, torch.nn.Parameter):
         return False
     if tuple(actual.shape) != tuple(expected.shape):
@@ -230,9 +247,12 @@ def forbid(*paths: str) -> Iterator[list[str]]:
             owner = getattr(owner, part)
         saved.append((owner, attr, getattr(owner, attr)))
         setattr(owner, attr, _make(path))
+    outer = list(ACTIVE_FORBID)
+    ACTIVE_FORBID[:] = [*outer, *paths]
     try:
         yield called
     finally:
+        ACTIVE_FORBID[:] = outer
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
 

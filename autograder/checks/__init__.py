@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from course.checking import CheckFailure, assert_close, call, expect_module, expect_tensor, matches
+from course.checking import (
+    CheckFailure,
+    assert_close,
+    call,
+    expect_module,
+    expect_tensor,
+    matches,
+    note_value_checked,
+)
 
 __all__ = [
     "CheckFailure",
@@ -46,8 +54,9 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, name: str,
             candidates: dict[str, torch.Tensor] | None = None, rtol: float = 1e-5,
             atol: float = 1e-6, hint: str = "") -> None:
     """``assert_close`` whose hint names the classic mistake that reproduces ``actual``."""
-    expect_tensor(actual, name, shape=tuple(expected.shape))
+    actual = expect_tensor(actual, name, shape=tuple(expected.shape))
     if matches(actual, expected, rtol=rtol, atol=atol):
+        note_value_checked()
         return
     found = diagnose(actual, candidates or {})
     assert_close(actual, expected, name, rtol=rtol, atol=atol, hint=found or hint)

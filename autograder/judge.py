@@ -1,0 +1,205 @@
+"""The judge: runs a hidden test cell's check in the grading process, never in the kernel.
+
+A judged day's hidden test cells all have one shape::
+
+    ### BEGIN HIDDEN TESTS
+    from autograder.checks import day03 as hidden
+    hidden.check_mask(SelfAttention)
+    ### END HIDDEN TESTS
+
+The judge parses that call (:func:`parse_hidden_cell`), imports the check from the course's
+own ``autograder.checks`` (trusted code; nothing a submission wrote), and runs it with the
+notebook's names replaced by :class:`autograder.remote.Proxy` objects: the check builds its
+inputs, expected values and candidate mistakes here, asks the kernel only to run the
+learner's code on those inputs (:mod:`course.agent`), and compares here. The hidden cell
+itself is never sent to the kernel.
+
+A :class:`Verdict` says whether the check passed, its message, the learner names it judged
+and its *kind*: ``value`` when it compared at least one of the learner's results with values
+computed here, ``observed`` when it only took the kernel's word (structure the kernel
+reports, the device audit). :func:`gate` awards an observed check only when the value checks
+of the same names passed. A check that forbade a built-in is backed by
+:func:`static_review` of the submitted source.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from course import checking
+
+CHECKS_PACKAGE = "autograder.checks"
+
+
+class NotJudgeable(ValueError):
+    """A hidden test cell that is not one call of a check with the notebook's names."""
+
+
+@dataclass
+class HiddenCall:
+    module: str                       # autograder.checks.dayNN
+    function: str                     # check_...
+    args: list[tuple[str, Any]]       # ("name", notebook global) or ("const", literal)
+    kwargs: dict[str, tuple[str, Any]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [v for k, v in [*self.args, *self.kwargs.values()] if k == "name"]
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str
+    names: list[str]
+    kind: str = "value"               # "value" or "observed"
+    forbidden: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "message": self.message, "names": self.names,
+                "kind": self.kind, "forbidden": self.forbidden}
+
+
+def _hidden_part(source: str) -> str:
+    m = re.search(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", source, re.S)
+    return m.group(1) if m else source
+
+
+def _arg(node: ast.expr) -> tuple[str, Any]:
+    if isinstance(node, ast.Name):
+        return ("name", node.id)
+    try:
+        return ("const", ast.literal_eval(node))
+    except ValueError as exc:
+        raise NotJudgeable(f"argument {ast.unparse(node)!r} is neither a notebook name nor "
+                           "a literal") from exc
+
+
+def parse_hidden_cell(source: str) -> HiddenCall:
+    """The check call of a hidden test cell. Raises NotJudgeable for any other shape."""
+    try:
+        tree = ast.parse(_hidden_part(source))
+    except SyntaxError as exc:
+        raise NotJudgeable(f"hidden test does not parse: {exc}") from exc
+    alias_to_module: dict[str, str] = {}
+    call = None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == CHECKS_PACKAGE:
+            for a in stmt.names:
+                alias_to_module[a.asname or a.name] = f"{CHECKS_PACKAGE}.{a.name}"
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and call is None:
+            call = stmt.value
+        else:
+            raise NotJudgeable(f"unexpected statement in a hidden test: {ast.unparse(stmt)}")
+    if call is None or not (isinstance(call.func, ast.Attribute)
+                            and isinstance(call.func.value, ast.Name)
+                            and call.func.value.id in alias_to_module):
+        raise NotJudgeable("a hidden test must call one check: hidden.check_...(names)")
+    return HiddenCall(alias_to_module[call.func.value.id], call.func.attr,
+                      [_arg(a) for a in call.args],
+                      {k.arg: _arg(k.value) for k in call.keywords if k.arg})
+
+
+# Days whose hidden tests the judge runs. The others still run theirs in the kernel (the
+# hidden bundle and the grading guard), until their checks stop handing the learner's code
+# objects built here (models, optimizers, probes), which cannot cross by value.
+JUDGED_DAYS = ("day01", "day02", "day03", "day04", "day05", "day06", "day07")
+
+
+def is_judged(day: str) -> bool:
+    """Whether ``day``'s hidden tests run in the judge rather than in the kernel."""
+    return day[:5] in JUDGED_DAYS
+
+
+def run(call: HiddenCall, conn) -> Verdict:
+    """Run one check against the kernel behind ``conn`` (an ``autograder.remote.Conn``)."""
+    from autograder.remote import JudgeError
+
+    def value(spec: tuple[str, Any]) -> Any:
+        kind, v = spec
+        return conn.get(v) if kind == "name" else v
+
+    checking.VALUE_CHECKS[0] = 0
+    checking.ACTIVE_FORBID[:] = []
+    conn.observed = False
+    used_forbid: list[str] = []
+    real_forbid = checking.forbid
+
+    def forbid_and_note(*paths: str):
+        used_forbid.extend(p for p in paths if p not in used_forbid)
+        return real_forbid(*paths)
+
+    module = importlib.import_module(call.module)
+    check = getattr(module, call.function, None)
+    if check is None:
+        return Verdict(False, f"{call.module} has no check {call.function}", call.names)
+    saved = getattr(module, "forbid", None)
+    if saved is real_forbid:
+        module.forbid = forbid_and_note
+    try:
+        with checking.quiet():
+            check(*[value(a) for a in call.args],
+                  **{k: value(v) for k, v in call.kwargs.items()})
+        passed, message = True, ""
+    except checking.CheckFailure as exc:
+        passed, message = False, str(exc)
+    except JudgeError as exc:
+        passed, message = False, f"the kernel did not answer the judge: {exc}"
+    except NameError as exc:
+        passed, message = False, f"{exc}: run the cell that defines it"
+    except Exception as exc:  # noqa: BLE001 - the learner's code failed outside call()
+        passed, message = False, f"{type(exc).__name__}: {exc}"
+    finally:
+        if saved is real_forbid:
+            module.forbid = real_forbid
+    kind = "value" if checking.VALUE_CHECKS[0] > 0 else "observed"
+    return Verdict(passed, message, call.names, kind, used_forbid)
+
+
+def gate(verdicts: dict[str, Verdict]) -> dict[str, str]:
+    """Observed checks that must not be paid: {grade_id: why}.
+
+    An observed check is paid only when every value check judging one of its names passed;
+    with no value check on its names there is nothing to lean on and it is paid as observed.
+    """
+    unpaid = {}
+    for gid, v in verdicts.items():
+        if v.kind != "observed" or not v.passed:
+            continue
+        failed = [g for g, w in verdicts.items() if w.kind == "value" and not w.passed
+                  and set(w.names) & set(v.names)]
+        if failed:
+            unpaid[gid] = (f"not awarded: this check takes the kernel's word, and the value "
+                           f"checks of {', '.join(v.names)} did not all pass "
+                           f"({', '.join(failed)})")
+    return unpaid
+
+
+# A forbidden path's last name, called or referred to; and ways to reach a name unseen.
+DYNAMIC = re.compile(r"\b(getattr|eval|exec|compile|__import__|importlib|globals|vars)\s*\(|"
+                     r"__dict__|__getattribute__")
+
+
+def static_review(sources: list[str], forbidden: list[str]) -> list[str]:
+    """Places in the learner's answer cells that may call a forbidden built-in (for review).
+
+    The kernel says whether a forbidden function ran; a kernel can lie, so the judge also
+    reads the submitted source: a reference to the function's name, or dynamic attribute
+    access that could hide one, is reported for the instructor to look at.
+    """
+    found = []
+    names = {p.rsplit(".", 1)[1] for p in forbidden}
+    for i, src in enumerate(sources, 1):
+        for lineno, line in enumerate(src.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            hit = [n for n in names if re.search(rf"\b{re.escape(n)}\b", code)]
+            if hit or DYNAMIC.search(code):
+                why = (f"refers to {', '.join(sorted(hit))}" if hit
+                       else "uses dynamic attribute access or eval")
+                found.append(f"answer cell {i} line {lineno} {why} where the exercise forbids "
+                             f"{', '.join(forbidden)}: {line.strip()[:100]}")
+    return found

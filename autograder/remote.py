@@ -1,0 +1,243 @@
+"""The judge's view of a learner's kernel: values come back, objects stay behind proxies.
+
+A :class:`Conn` sends :mod:`course.agent` requests through a transport (a function from
+request text to answer text: a silent ``execute_request`` in grading, a direct call in unit
+tests) and decodes every answer with :mod:`course.wire`'s checks. Plain values and tensors
+without a graph come back as themselves (real ``torch.Tensor`` objects built by the judge);
+anything else comes back as a :class:`Proxy`, so that the hidden checks, written as if the
+learner's objects were local, run unchanged:
+
+- attribute reads, calls, indexing, iteration and ``len`` become requests;
+- ``isinstance`` sees the class the kernel claims (a local class of the same name when
+  ``torch`` has one, else a stand-in subclass of the nearest local base);
+- a proxied tensor used by a torch function, an operator or :mod:`course.checking` is
+  fetched by value first, so every comparison runs on the judge's own tensors and torch.
+
+Each request carries the judge's grad mode (``torch.no_grad()`` in a check reaches the
+kernel) and the functions the check has forbidden (:func:`course.checking.forbid`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from course import checking, wire
+
+# Exceptions of learner code that the judge re-raises as themselves (hints key on them).
+BUILTIN_ERRORS = {name: getattr(builtins, name) for name in (
+    "NotImplementedError", "TypeError", "ValueError", "RuntimeError", "AttributeError",
+    "IndexError", "KeyError", "NameError", "ZeroDivisionError", "AssertionError",
+    "ArithmeticError", "OverflowError", "StopIteration")}
+
+
+class JudgeError(Exception):
+    """The kernel did not answer as the protocol requires (dead, silent, malformed)."""
+
+
+class Conn:
+    """One grading conversation with one kernel."""
+
+    def __init__(self, transport: Callable[[str], str]):
+        self.transport = transport
+        self._classes: dict[tuple[str, ...], type] = {}
+        self._proxies: dict[int, Proxy] = {}
+        self.requests = 0
+        self.observed = False  # a check took the kernel's word (the device audit)
+
+    # -- requests -------------------------------------------------------------------
+    def request(self, req: dict) -> Any:
+        import base64
+        import json
+
+        req = {**req, "grad": torch.is_grad_enabled()}
+        self.requests += 1
+        text = self.transport(base64.b64encode(json.dumps(req).encode()).decode("ascii"))
+        try:
+            raw = base64.b64decode(text.encode("ascii"), validate=True).decode("utf-8")
+            value = wire.decode(wire.loads(raw))
+        except (ValueError, UnicodeError) as exc:
+            raise JudgeError(f"the kernel's answer is not in the grading format: "
+                             f"{str(exc)[:200]}") from exc
+        if isinstance(value, wire.RemoteException):
+            raise _local_exception(value)
+        return self._wrap(value)
+
+    def _wrap(self, value: Any) -> Any:
+        if isinstance(value, wire.Ref):  # one proxy per kernel object: `is` keeps its meaning
+            if value.id not in self._proxies:
+                self._proxies[value.id] = Proxy(self, value)
+            return self._proxies[value.id]
+        if isinstance(value, list):
+            return [self._wrap(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self._wrap(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self._wrap(v) for k, v in value.items()}
+        return value
+
+    def encode(self, value: Any) -> Any:
+        """A judge-side value for a request: tensors and plain data by value, proxies as the
+        kernel's own references. Anything else cannot be sent (WireError)."""
+        return wire.encode(value, pre=lambda v: {"$r": v._ref.id}
+                           if type(v) is Proxy else None)
+
+    def get(self, name: str) -> Any:
+        """The notebook's global ``name``."""
+        return self.request({"op": "get", "name": name})
+
+    def call(self, target: Proxy, args: tuple, kwargs: dict) -> Any:
+        return self.request({"op": "call", "ref": target._ref.id,
+                             "args": self.encode(tuple(args)),
+                             "kwargs": self.encode(dict(kwargs)),
+                             "forbid": list(checking.ACTIVE_FORBID)})
+
+    # -- classes --------------------------------------------------------------------
+    def local_class(self, names: list[str]) -> type:
+        """A local class for the kernel's claimed class names (most derived first)."""
+        key = tuple(names)
+        if key not in self._classes:
+            found = None
+            for i, name in enumerate(names):
+                cls = _resolve_class(name)
+                if cls is not None:
+                    found = cls if i == 0 else _stand_in(names[0], cls)
+                    break
+            self._classes[key] = found or _stand_in(names[0] if names else "object", object)
+        return self._classes[key]
+
+
+def _resolve_class(name: str) -> type | None:
+    """A class of torch or builtins by its qualified name; never imports anything else."""
+    module, _, attr = name.rpartition(".")
+    if not (module == "builtins" or module == "torch" or module.startswith("torch.")):
+        return None
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return obj if isinstance(obj, type) else None
+
+
+def _stand_in(name: str, base: type) -> type:
+    short = name.rpartition(".")[2][:100] or "object"
+    if not short.isidentifier():
+        short = "LearnerObject"
+    try:
+        return type(short, (base,), {"__module__": "kernel"})
+    except TypeError:  # a base that cannot be subclassed (bool, function...)
+        return base
+
+
+def _local_exception(exc: wire.RemoteException) -> BaseException:
+    name = exc.type_name
+    if name == "CheckFailure":
+        return checking.CheckFailure(str(exc))
+    if name in BUILTIN_ERRORS:
+        return BUILTIN_ERRORS[name](str(exc))
+    short = name if name.isidentifier() else "LearnerError"
+    return type(short, (wire.RemoteException,), {})(name, str(exc))
+
+
+def _local(value: Any) -> Any:
+    return value._fetch_value() if type(value) is Proxy else value
+
+
+def _local_tree(value: Any) -> Any:
+    if type(value) is Proxy:
+        return value._fetch_value()
+    if isinstance(value, list):
+        return [_local_tree(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_local_tree(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _local_tree(v) for k, v in value.items()}
+    return value
+
+
+class Proxy:
+    """An object that lives in the kernel (see the module docstring)."""
+
+    __slots__ = ("_conn", "_ref")
+
+    def __init__(self, conn: Conn, ref: wire.Ref):
+        object.__setattr__(self, "_conn", conn)
+        object.__setattr__(self, "_ref", ref)
+
+    @property
+    def __class__(self):  # what isinstance() consults after type(): the kernel's claim
+        return self._conn.local_class(self._ref.cls)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__") and name not in (
+                "__name__", "__qualname__", "__doc__"):
+            raise AttributeError(name)
+        return self._conn.request({"op": "getattr", "ref": self._ref.id, "name": name})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._conn.request({"op": "setattr", "ref": self._ref.id, "name": name,
+                            "value": self._conn.encode(value)})
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._conn.call(self, args, kwargs)
+
+    def __iter__(self):
+        return iter(self._conn.request({"op": "iter", "ref": self._ref.id}))
+
+    def __len__(self) -> int:
+        n = self._conn.request({"op": "len", "ref": self._ref.id})
+        if not isinstance(n, int) or n < 0:
+            raise JudgeError("len() of a kernel object is not a count")
+        return n
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._conn.request({"op": "getitem", "ref": self._ref.id,
+                                   "key": self._conn.encode(key)})
+
+    def __bool__(self) -> bool:
+        return bool(self._fetch_value()) if self._ref.kind == "tensor" else True
+
+    def __repr__(self) -> str:
+        return f"<{self._ref.cls[0] if self._ref.cls else 'object'} in the learner's kernel>"
+
+    def _fetch_value(self) -> Any:
+        """A kernel tensor by value (detached), or this proxy for anything else."""
+        if self._ref.kind != "tensor":
+            return self
+        value = self._conn.request({"op": "value", "ref": self._ref.id})
+        if not isinstance(value, torch.Tensor):
+            raise JudgeError("the kernel sent no tensor for a tensor")
+        return value
+
+    def _remote_audit(self, inputs: tuple, name: str) -> Any:
+        """:func:`course.device.check_runs_on_any_device`, run in the kernel: an observation
+        of the kernel's process, which the judge can only take on trust (see the gate)."""
+        self._conn.observed = True
+        return self._conn.request({"op": "audit", "ref": self._ref.id,
+                                   "inputs": self._conn.encode(tuple(inputs)), "name": name})
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return func(*_local_tree(tuple(args)), **_local_tree(dict(kwargs or {})))
+
+
+def _operator(name: str):
+    def op(self, *args):
+        return getattr(_local(self), name)(*(_local(a) for a in args))
+    op.__name__ = name
+    return op
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__",
+              "__neg__", "__abs__", "__invert__", "__lt__", "__le__", "__gt__", "__ge__",
+              "__float__", "__int__", "__index__"):
+    setattr(Proxy, _name, _operator(_name))
+
+checking.LOCAL_VALUE = _local

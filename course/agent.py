@@ -1,0 +1,131 @@
+"""The kernel's side of grading: answers the judge's requests about the learner's code.
+
+The judge (``autograder.judge``, a separate trusted process) never sends code. It sends
+requests, each a small JSON document in the :mod:`course.wire` format: look up a name of the
+notebook, read or set an attribute, call something with values it chose, iterate, fetch a
+tensor, or run the device audit of :mod:`course.device`. This module performs them on the
+learner's objects and answers with values, or with references to what cannot travel (a
+module, a function, a tensor that still needs its graph). Nothing here decides a grade: a
+kernel may answer anything, and the judge treats every answer as a claim to check.
+
+The judge calls :func:`handle` through a silent ``execute_request``'s user expression;
+the answer is a base64 string, so its repr is all the judge reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import torch
+
+from course import wire
+
+_objects: dict[int, Any] = {}   # reference id -> object (kept alive while grading)
+USER_NS: dict | None = None     # the names of the notebook (default: IPython's user_ns)
+_ids: dict[int, int] = {}       # id(object) -> reference id
+
+
+def _tensor(t: torch.Tensor) -> dict:
+    """A tensor without a graph travels by value; one that needs its graph stays here."""
+    return {"$t": list(wire._tensor_bytes(t))} if not t.requires_grad else _ref(t)
+
+
+def _enc(value: Any) -> Any:
+    return wire.encode(value, _ref, tensor=_tensor)
+
+
+def _ref(obj: Any) -> dict:
+    if type(obj).__name__ in ("generator", "dict_keys", "dict_values", "dict_items") \
+            or type(obj).__name__.endswith("iterator"):
+        return {"$l": [_enc(v) for v in list(obj)[:wire.MAX_ITEMS]]}
+    key = id(obj)
+    if key not in _ids or _objects.get(_ids[key]) is not obj:
+        _ids[key] = len(_objects) + 1
+        _objects[_ids[key]] = obj
+    kind = ("tensor" if isinstance(obj, torch.Tensor) else
+            "module" if isinstance(obj, torch.nn.Module) else
+            "callable" if callable(obj) else "object")
+    cls = [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
+    return {"$r": _ids[key], "cls": cls, "kind": kind}
+
+
+def _resolve(obj: Any) -> Any:
+    """Replace references nested in decoded lists, tuples and dicts by the objects."""
+    if isinstance(obj, wire.Ref):
+        return _objects[obj.id]
+    if isinstance(obj, list):
+        return [_resolve(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_resolve(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _resolve(v) for k, v in obj.items()}
+    return obj
+
+
+def namespace() -> dict:
+    if USER_NS is not None:
+        return USER_NS
+    from IPython import get_ipython
+
+    return get_ipython().user_ns
+
+
+def _do(req: dict) -> Any:
+    from course.checking import forbid, quiet
+
+    op = req.get("op")
+    if op == "get":
+        ns = namespace()
+        if req["name"] not in ns:
+            raise NameError(f"name {req['name']!r} is not defined in the notebook")
+        return ns[req["name"]]
+    obj = _objects[int(req["ref"])] if "ref" in req else None
+    if op == "getattr":
+        return getattr(obj, req["name"])
+    if op == "setattr":
+        setattr(obj, req["name"], _resolve(wire.decode(req["value"])))
+        return None
+    if op == "getitem":
+        return obj[_resolve(wire.decode(req["key"]))]
+    if op == "len":
+        return len(obj)
+    if op == "iter":
+        return list(obj)[:wire.MAX_ITEMS]
+    if op == "value":
+        if not isinstance(obj, torch.Tensor):
+            raise TypeError(f"a {type(obj).__name__} is not a tensor")
+        return {"$value": obj}
+    if op == "call":
+        args = _resolve(wire.decode(req.get("args", {"$u": []})))
+        kwargs = _resolve(wire.decode(req.get("kwargs", {"$d": []})))
+        with quiet(), forbid(*req.get("forbid", [])):
+            return obj(*args, **kwargs)
+    if op == "audit":
+        from course.device import check_runs_on_any_device
+
+        inputs = tuple(_resolve(wire.decode(req["inputs"])))
+        return check_runs_on_any_device(obj, lambda: inputs, name=str(req.get("name")))
+    raise ValueError(f"unknown request {op!r}")
+
+
+def handle(request: str) -> str:
+    """Perform one base64 JSON request; return the base64 JSON answer."""
+    try:
+        req = json.loads(base64.b64decode(request))
+        with torch.set_grad_enabled(bool(req.get("grad", True))):
+            out = _do(req)
+            if isinstance(out, dict) and set(out) == {"$value"}:
+                enc = {"$t": list(wire._tensor_bytes(out["$value"]))}
+            else:
+                enc = _enc(out)
+    except Exception as exc:  # noqa: BLE001 - the learner's error, reported as data
+        enc = {"$x": [type(exc).__name__, str(exc)[:4000]]}
+    return base64.b64encode(wire.dumps(enc).encode()).decode("ascii")
+
+
+def reset() -> None:
+    """Forget every reference (a new grading run)."""
+    _objects.clear()
+    _ids.clear()

@@ -1,0 +1,225 @@
+"""The format of the values that cross between the grading judge and a learner's kernel.
+
+Plain JSON, base64 inside it, nothing executable: no pickle, no ``torch.load``, no eval. A
+tensor travels as its dtype, shape and raw little-endian bytes (decoded with
+``torch.frombuffer`` after checking that the byte count matches); anything that is not plain
+data stays in the kernel and travels as a *reference* (an integer the kernel hands out) with
+the names of its type's classes, which the judge treats as a claim, not a fact.
+
+Encodings (``enc`` = an encoded value):
+
+- ``null``, booleans, integers, strings: themselves; floats: themselves, or ``{"$f": "nan" |
+  "inf" | "-inf"}``;
+- ``{"$t": [dtype, shape, base64 bytes]}``: a tensor (CPU, contiguous, detached), with
+  ``"g": true`` for a leaf that requires grad;
+- ``{"$l": [enc...]}`` a list, ``{"$u": [enc...]}`` a tuple, ``{"$d": [[key, enc]...]}`` a
+  dict with string or integer keys, ``{"$s": [start, stop, step]}`` a slice, ``{"$e": true}``
+  the Ellipsis;
+- ``{"$z": [ints]}`` a ``torch.Size``, ``{"$dt": name}`` a dtype, ``{"$dv": name}`` a device;
+- ``{"$r": id, "cls": [class names, most derived first], "kind": kind}``: a reference;
+- ``{"$x": [exception type name, message]}``: what learner code raised (replies only).
+
+:func:`decode` checks every field and raises :class:`WireError` on anything else, and the
+reply as a whole is capped (:data:`MAX_REPLY`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from typing import Any
+
+import torch
+
+MAX_REPLY = 64 * 1024 * 1024      # characters of one encoded reply
+MAX_DEPTH = 8                     # nesting of lists, tuples and dicts
+MAX_ITEMS = 100_000               # elements of one container
+
+DTYPES = {name: getattr(torch, name) for name in (
+    "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8",
+    "bool", "complex64", "complex128")}
+
+
+class WireError(ValueError):
+    """An encoded value that breaks the format (malformed, oversized, unknown dtype...)."""
+
+
+class Ref:
+    """A reference to an object that stays in the kernel."""
+
+    __slots__ = ("id", "cls", "kind")
+
+    def __init__(self, id: int, cls: list[str], kind: str):
+        self.id, self.cls, self.kind = id, cls, kind
+
+    def __repr__(self) -> str:
+        return f"Ref({self.id}, {self.cls[:1]}, {self.kind})"
+
+
+class RemoteException(Exception):
+    """Learner code raised ``type_name``; carried as text."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(message)
+        self.type_name = type_name
+
+
+def _tensor_bytes(t: torch.Tensor) -> tuple[str, list[int], str]:
+    t = t.detach().to("cpu").contiguous()
+    dtype = str(t.dtype).removeprefix("torch.")
+    if dtype not in DTYPES:
+        raise WireError(f"tensors of dtype {t.dtype} cannot be sent")
+    if dtype == "bfloat16":
+        raw = t.view(torch.int16).numpy().tobytes()
+    elif dtype == "bool":
+        raw = t.to(torch.uint8).numpy().tobytes()
+    else:
+        raw = t.numpy().tobytes()
+    return dtype, list(t.shape), base64.b64encode(raw).decode("ascii")
+
+
+def encode(value: Any, ref=None, depth: int = 0, pre=None, tensor=None) -> Any:
+    """The JSON-ready encoding of ``value``.
+
+    ``pre(obj)``, when given, is asked first and may return an encoding (the judge's own
+    references); ``tensor(t)`` encodes tensors (default: by value); ``ref(obj)`` encodes
+    what is not plain data (without it, such a value raises WireError).
+    """
+    if depth > MAX_DEPTH:
+        raise WireError("value nested too deeply")
+    if pre is not None:
+        done = pre(value)
+        if done is not None:
+            return done
+    if isinstance(value, torch.Tensor) and tensor is not None:
+        return tensor(value)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return {"$f": "nan"}
+        if math.isinf(value):
+            return {"$f": "inf" if value > 0 else "-inf"}
+        return float(value)
+    if isinstance(value, torch.Size):
+        return {"$z": [int(v) for v in value]}
+    if isinstance(value, torch.dtype):
+        return {"$dt": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"$dv": str(value)}
+    if type(value) is slice:
+        return {"$s": [encode(v, ref, depth + 1, pre, tensor)
+                       for v in (value.start, value.stop, value.step)]}
+    if value is Ellipsis:
+        return {"$e": True}
+    if isinstance(value, torch.Tensor):
+        out = {"$t": list(_tensor_bytes(value))}
+        if value.requires_grad:
+            out["g"] = True  # a leaf the other side should track gradients for
+        return out
+    if type(value) in (list, tuple):
+        key = "$l" if type(value) is list else "$u"
+        return {key: [encode(v, ref, depth + 1, pre, tensor) for v in value]}
+    if type(value) is dict and all(isinstance(k, (str, int)) for k in value):
+        return {"$d": [[k, encode(v, ref, depth + 1, pre, tensor)] for k, v in value.items()]}
+    if ref is None:
+        raise WireError(f"a {type(value).__name__} cannot be sent by value")
+    return ref(value)
+
+
+def _tensor(dtype: Any, shape: Any, data: Any) -> torch.Tensor:
+    if dtype not in DTYPES or not isinstance(shape, list) or not isinstance(data, str):
+        raise WireError("malformed tensor")
+    if len(shape) > 16 or not all(isinstance(n, int) and 0 <= n < 2**31 for n in shape):
+        raise WireError("malformed tensor shape")
+    n = math.prod(shape)
+    raw = base64.b64decode(data.encode("ascii"), validate=True)
+    size = {"bool": 1, "bfloat16": 2}.get(dtype) or DTYPES[dtype].itemsize
+    if len(raw) != n * size:
+        raise WireError(f"tensor of shape {shape} and dtype {dtype} has {len(raw)} bytes")
+    if n == 0:
+        return torch.empty(shape, dtype=DTYPES[dtype])
+    if dtype == "bool":
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(shape).bool()
+    if dtype == "bfloat16":
+        return torch.frombuffer(bytearray(raw), dtype=torch.int16).view(
+            torch.bfloat16).reshape(shape)
+    return torch.frombuffer(bytearray(raw), dtype=DTYPES[dtype]).reshape(shape).clone()
+
+
+def decode(data: Any, depth: int = 0) -> Any:
+    """The value of an encoding; references come back as :class:`Ref`. Raises WireError."""
+    if depth > MAX_DEPTH:
+        raise WireError("value nested too deeply")
+    if data is None or isinstance(data, (bool, str, int)):
+        return data
+    if isinstance(data, float):
+        return data
+    if isinstance(data, dict) and len(data) >= 1:
+        key = next(iter(data))
+        body = data[key]
+        if key == "$f" and body in ("nan", "inf", "-inf"):
+            return float(body)
+        if key == "$t" and isinstance(body, list) and len(body) == 3:
+            t = _tensor(*body)
+            if data.get("g") is True and t.is_floating_point():
+                t.requires_grad_(True)
+            return t
+        if key in ("$l", "$u") and isinstance(body, list) and len(body) <= MAX_ITEMS:
+            items = [decode(v, depth + 1) for v in body]
+            return items if key == "$l" else tuple(items)
+        if key == "$d" and isinstance(body, list) and len(body) <= MAX_ITEMS:
+            out = {}
+            for pair in body:
+                if not (isinstance(pair, list) and len(pair) == 2
+                        and isinstance(pair[0], (str, int))):
+                    raise WireError("malformed dict")
+                out[pair[0]] = decode(pair[1], depth + 1)
+            return out
+        if key == "$z" and isinstance(body, list) and all(isinstance(v, int) for v in body):
+            return torch.Size(body)
+        if key == "$dt" and body in DTYPES:
+            return DTYPES[body]
+        if key == "$dv" and isinstance(body, str) and len(body) < 32:
+            try:
+                return torch.device(body)
+            except RuntimeError as exc:
+                raise WireError(f"unknown device {body!r}") from exc
+        if key == "$s" and isinstance(body, list) and len(body) == 3:
+            parts = [decode(v, depth + 1) for v in body]
+            if not all(p is None or isinstance(p, int) for p in parts):
+                raise WireError("malformed slice")
+            return slice(*parts)
+        if key == "$e" and body is True:
+            return Ellipsis
+        if key == "$r" and isinstance(body, int):
+            cls = data.get("cls", [])
+            kind = data.get("kind", "object")
+            if not (isinstance(cls, list) and all(isinstance(c, str) and len(c) < 200
+                                                  for c in cls[:50])
+                    and isinstance(kind, str)):
+                raise WireError("malformed reference")
+            return Ref(body, [c for c in cls[:50]], kind[:20])
+        if key == "$x" and isinstance(body, list) and len(body) == 2 \
+                and all(isinstance(v, str) for v in body):
+            return RemoteException(body[0][:100], body[1][:4000])
+    raise WireError(f"not a value of the wire format: {str(data)[:80]}")
+
+
+def dumps(value: Any) -> str:
+    """JSON text of an already encoded value."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def loads(text: str) -> Any:
+    """The encoded value in ``text`` (at most :data:`MAX_REPLY` characters); raises WireError."""
+    if not isinstance(text, str) or len(text) > MAX_REPLY:
+        raise WireError("the reply is missing or larger than the limit")
+    try:
+        return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(
+            WireError(f"bare {c} in a reply")))
+    except (ValueError, RecursionError) as exc:
+        raise WireError(f"the reply is not valid JSON: {str(exc)[:100]}") from exc
