@@ -254,12 +254,6 @@ class GuardedExecute(Execute):
                 await ensure_async(self.km.interrupt_kernel())
             else:
                 self._stopped = "the kernel died earlier in the notebook"
-        if verdict.passed and verdict.forbidden:
-            sources = [c.source for c in self.nb.cells if c.cell_type == "code"
-                       and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
-            for found in judge.static_review(sources, verdict.forbidden):
-                if found not in EVENTS["review"]:
-                    EVENTS["review"].append(found)
         EVENTS["judged"][gid] = verdict.to_json()
         cell.outputs = [] if verdict.passed else [NotebookNode(
             output_type="error", ename="CheckFailure", evalue=verdict.message,

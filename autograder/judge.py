@@ -185,21 +185,27 @@ DYNAMIC = re.compile(r"\b(getattr|eval|exec|compile|__import__|importlib|globals
 
 
 def static_review(sources: list[str], forbidden: list[str]) -> list[str]:
-    """Places in the learner's answer cells that may call a forbidden built-in (for review).
+    """Places in the learner's own code that may call a forbidden built-in (for review).
 
     The kernel says whether a forbidden function ran; a kernel can lie, so the judge also
-    reads the submitted source: a reference to the function's name, or dynamic attribute
-    access that could hide one, is reported for the instructor to look at.
+    reads the submitted source: the function reached as an attribute (``torch.softmax``,
+    ``x.softmax(...)``) or imported by name, or dynamic attribute access that could hide one,
+    is reported for the instructor to look at. The learner's own function of the same name,
+    called by its bare name, is not.
     """
+    if not forbidden:
+        return []
     found = []
     names = {p.rsplit(".", 1)[1] for p in forbidden}
     for i, src in enumerate(sources, 1):
         for lineno, line in enumerate(src.splitlines(), 1):
             code = line.split("#", 1)[0]
-            hit = [n for n in names if re.search(rf"\b{re.escape(n)}\b", code)]
+            hit = [n for n in names if re.search(rf"\.\s*{re.escape(n)}\b", code)
+                   or re.search(rf"\bimport\b.*\b{re.escape(n)}\b", code)]
             if hit or DYNAMIC.search(code):
                 why = (f"refers to {', '.join(sorted(hit))}" if hit
                        else "uses dynamic attribute access or eval")
-                found.append(f"answer cell {i} line {lineno} {why} where the exercise forbids "
+                found.append(f"cell {i} of your own code, line {lineno}, {why} where the "
+                             "exercise forbids "
                              f"{', '.join(forbidden)}: {line.strip()[:100]}")
     return found

@@ -597,6 +597,24 @@ def grade_one(job: dict) -> dict:
             seen.add(gid)
         kept.append(cell)
     submitted.cells = kept
+    # nbgrader metadata the course never gave (a "read-only" cell of the learner's making)
+    # makes the cell the learner's own: nbgrader would reject the notebook, and a scan that
+    # trusts the metadata would skip the cell.
+    course_ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                  for c in source_nb.cells} - {None}
+    for i, cell in enumerate(submitted.cells, 1):
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is not None and meta.get("grade_id") not in course_ids:
+            del cell.metadata["nbgrader"]
+            dup_flags.append(f"cell {i} carried nbgrader metadata the course never gave "
+                             "(treated as the learner's own cell)")
+    try:
+        from nbgrader.nbgraderformat import MetadataValidator
+
+        MetadataValidator().validate_nb(submitted)
+    except Exception as exc:  # noqa: BLE001 - nbgrader would refuse it: say so, per student
+        return done("unreadable", detail=f"{Path(nb_path).name}: its nbgrader cell metadata "
+                                         f"is corrupted: {str(exc)[:300]}")
     release = None
     rel_path = root / "release" / day / notebook_name(day)
     if rel_path.is_file():
@@ -679,14 +697,29 @@ def grade_one(job: dict) -> dict:
     execute.reset_events()
     try:
         return _autograde(config, root, student, day, private, out_dir, source_nb, static,
-                          dup_flags, settings, sandboxed, done)
+                          dup_flags, settings, sandboxed, done, _own_code(submitted, release))
     finally:
         shutil.rmtree(private, ignore_errors=True)
         os.environ.pop("TFS_KERNEL_PRIVATE", None)
 
 
+def _own_code(submitted: nbformat.NotebookNode, release: nbformat.NotebookNode | None
+              ) -> list[str]:
+    """The learner's own code: every code cell except test cells and cells left as given."""
+    given = {c.source.strip() for c in release.cells if c.cell_type == "code"} if release \
+        else set()
+    out = []
+    for cell in submitted.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or (meta.get("grade") and not meta.get("solution")):
+            continue
+        if cell.source.strip() not in given:
+            out.append(cell.source)
+    return out
+
+
 def _autograde(config, root, student, day, private, out_dir, source_nb, static, dup_flags,
-               settings, sandboxed, done) -> dict:
+               settings, sandboxed, done, own_code) -> dict:
     """Run nbgrader's autograde on the written submission and turn its outcome into a result.
 
     Everything read here after the kernel ran is host-only: the autograded notebook (nbgrader
@@ -725,10 +758,14 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     judged = bool(events.get("judged"))
     review = []
     if judged:
+        from autograder.judge import static_review
+
         tests = _gate(tests, events["judged"])
         # Judged outside the kernel, a tampered kernel cannot earn a value check: what the
-        # static scan finds is for the instructor's eyes, not a reason to withhold points.
-        review = [f"review: {f}" for f in static + list(events.get("review", []))]
+        # static scans find is for the instructor's eyes, not a reason to withhold points.
+        forbidden = sorted({f for v in events["judged"].values() if v["passed"]
+                            for f in v["forbidden"]})
+        review = [f"review: {f}" for f in static + static_review(own_code, forbidden)]
         static = []
     score = sum(t.points for t in tests)
     events["tamper"] = static + list(events.get("tamper", []))

@@ -1,0 +1,147 @@
+"""The judge's parts without a kernel: the wire format, the agent behind a direct transport,
+the parsing of hidden cells, the gate and the static review."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import torch
+
+from autograder import judge, remote
+from course import agent, wire
+
+
+def test_wire_round_trips_values_and_keeps_no_pickle():
+    """Do tensors of every dtype, sizes, slices and containers cross both ways unchanged?"""
+    values = [torch.randn(2, 3, dtype=torch.float64), torch.arange(5), torch.tensor([True]),
+              torch.randn(4).to(torch.bfloat16), torch.empty(0, 3), torch.Size([2, 3]),
+              torch.float32, slice(1, None, 2), Ellipsis, float("nan"), {"a": (1, [2.5])}]
+    for v in values:
+        back = wire.decode(wire.loads(wire.dumps(wire.encode(v))))
+        if isinstance(v, torch.Tensor):
+            assert type(back) is torch.Tensor and back.dtype == v.dtype
+            assert torch.equal(back, v)
+        elif isinstance(v, float):
+            assert back != back
+        else:
+            assert back == v
+
+
+@pytest.mark.parametrize("bad", [
+    {"$t": ["float64", [2, 2], base64.b64encode(b"x" * 8).decode()]},   # too few bytes
+    {"$t": ["object", [1], ""]},                                       # unknown dtype
+    {"$t": ["float32", [-1], ""]},                                     # negative size
+    {"$q": 1},                                                         # unknown tag
+    {"$r": 1, "cls": "not a list", "kind": "x"},                       # malformed reference
+    {"$d": [["k"]]},                                                   # malformed dict
+])
+def test_wire_rejects_malformed_values(bad):
+    """Is every malformed encoding refused with a WireError (never half-decoded)?"""
+    with pytest.raises(wire.WireError):
+        wire.decode(bad)
+
+
+def test_wire_refuses_oversized_and_non_json_replies():
+    with pytest.raises(wire.WireError):
+        wire.loads("[" * 10 + "]" * 10 + " " * (wire.MAX_REPLY + 1))
+    with pytest.raises(wire.WireError):
+        wire.loads("NaN")
+    with pytest.raises(wire.WireError):
+        wire.encode(object())
+
+
+def _conn(ns: dict) -> remote.Conn:
+    agent.reset()
+    agent.USER_NS = ns
+    return remote.Conn(agent.handle)
+
+
+def test_proxies_behave_like_the_learner_objects():
+    """Calls, attributes, isinstance, identity, iteration and torch functions on a module
+    that lives behind the agent."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    conn = _conn({"Net": Net})
+    net = conn.get("Net")()
+    assert isinstance(net, torch.nn.Module) and not isinstance(net, torch.nn.Linear)
+    assert isinstance(net.lin, torch.nn.Linear) and net.lin.in_features == 3
+    assert net.lin is net.lin  # one proxy per kernel object
+    assert sum(p.numel() for p in net.parameters()) == 8
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        out = net(x)
+    assert type(out) is torch.Tensor  # no graph: by value
+    expected = torch.nn.functional.linear(x, net.lin.weight, net.lin.bias)  # fetched by value
+    assert torch.allclose(out, expected)
+    y = net(x)  # with a graph: stays in the kernel, backward runs there
+    y.sum().backward()
+    assert net.lin.bias.grad.tolist() == [4.0, 4.0]
+
+
+def test_learner_errors_come_back_as_errors():
+    def stub(x):
+        raise NotImplementedError()
+
+    conn = _conn({"stub": stub})
+    with pytest.raises(NotImplementedError):
+        conn.get("stub")(torch.ones(1))
+    with pytest.raises(NameError):
+        conn.get("missing")
+
+
+def test_a_lying_kernel_fails_the_check_not_the_judge():
+    """An agent replaced by one that answers garbage, or with the wrong values, earns 0."""
+    from autograder.checks import day02
+
+    call = judge.HiddenCall("autograder.checks.day02", "check_softmax_values",
+                            [("name", "softmax")])
+    for answer in ("not base64!", base64.b64encode(b"{bad json").decode(),
+                   base64.b64encode(json.dumps({"$t": ["float32", [1], ""]}).encode()).decode()):
+        v = judge.run(call, remote.Conn(lambda _req, a=answer: a))
+        assert not v.passed and ("format" in v.message or "should be" in v.message), v.message
+    zeros = _conn({"softmax": lambda x, dim=-1: torch.zeros_like(x)})
+    v = judge.run(call, zeros)
+    assert not v.passed and "differs" in v.message
+    assert day02  # imported from the course, never from the kernel
+
+
+def test_parse_hidden_cell_accepts_one_check_call_only():
+    src = ("# Hidden tests: x\n### BEGIN HIDDEN TESTS\nfrom autograder.checks import day03 as "
+           "hidden\nhidden.check_mask(SelfAttention, 3, mode='x')\n### END HIDDEN TESTS\n")
+    call = judge.parse_hidden_cell(src)
+    assert (call.module, call.function) == ("autograder.checks.day03", "check_mask")
+    assert call.args == [("name", "SelfAttention"), ("const", 3)]
+    assert call.kwargs == {"mode": ("const", "x")} and call.names == ["SelfAttention"]
+    for bad in ("import os\nos.system('x')", "from autograder.checks import day03 as h\n"
+                "h.check_mask(f(x))", "x = 1"):
+        with pytest.raises(judge.NotJudgeable):
+            judge.parse_hidden_cell(bad)
+
+
+def test_gate_withholds_observed_checks_of_failed_names():
+    V = judge.Verdict
+    verdicts = {"values": V(False, "differs", ["SelfAttention"], "value"),
+                "device": V(True, "", ["SelfAttention"], "observed"),
+                "other": V(True, "", ["FeedForward"], "observed")}
+    unpaid = judge.gate(verdicts)
+    assert list(unpaid) == ["device"] and "values" in unpaid["device"]
+
+
+def test_static_review_flags_the_builtin_not_the_learner_function():
+    own = ["def softmax(x, dim=-1):\n    e = (x - x.max(dim, keepdim=True).values).exp()\n"
+           "    return e / e.sum(dim, keepdim=True)\n",
+           "y = softmax(z)  # my own\n"]
+    assert judge.static_review(own, ["torch.softmax", "torch.Tensor.softmax"]) == []
+    cheat = ["def softmax(x, dim=-1):\n    return x.softmax(dim)\n",
+             "f = getattr(torch, 'soft' + 'max')\n",
+             "from torch.nn.functional import softmax as sm\n"]
+    found = judge.static_review(cheat, ["torch.softmax", "torch.Tensor.softmax"])
+    assert len(found) == 3, found
