@@ -68,16 +68,13 @@ class Conn:
         return self._wrap(value)
 
     def _wrap(self, value: Any) -> Any:
+        return wire.tree_map(self._proxy, value)
+
+    def _proxy(self, value: Any) -> Any:
         if isinstance(value, wire.Ref):  # one proxy per kernel object: `is` keeps its meaning
             if value.id not in self._proxies:
                 self._proxies[value.id] = Proxy(self, value)
             return self._proxies[value.id]
-        if isinstance(value, list):
-            return [self._wrap(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(self._wrap(v) for v in value)
-        if isinstance(value, dict):
-            return {k: self._wrap(v) for k, v in value.items()}
         return value
 
     def encode(self, value: Any) -> Any:
@@ -150,15 +147,7 @@ def _local(value: Any) -> Any:
 
 
 def _local_tree(value: Any) -> Any:
-    if type(value) is Proxy:
-        return value._fetch_value()
-    if isinstance(value, list):
-        return [_local_tree(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_local_tree(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _local_tree(v) for k, v in value.items()}
-    return value
+    return wire.tree_map(_local, value)
 
 
 class Proxy:

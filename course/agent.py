@@ -53,15 +53,7 @@ def _ref(obj: Any) -> dict:
 
 def _resolve(obj: Any) -> Any:
     """Replace references nested in decoded lists, tuples and dicts by the objects."""
-    if isinstance(obj, wire.Ref):
-        return _objects[obj.id]
-    if isinstance(obj, list):
-        return [_resolve(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_resolve(v) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _resolve(v) for k, v in obj.items()}
-    return obj
+    return wire.tree_map(lambda v: _objects[v.id] if isinstance(v, wire.Ref) else v, obj)
 
 
 def namespace() -> dict:

@@ -209,6 +209,17 @@ def decode(data: Any, depth: int = 0) -> Any:
     raise WireError(f"not a value of the wire format: {str(data)[:80]}")
 
 
+def tree_map(leaf, value: Any) -> Any:
+    """``value`` with ``leaf`` applied to everything that is not a list, tuple or dict."""
+    if type(value) is list:
+        return [tree_map(leaf, v) for v in value]
+    if type(value) is tuple:
+        return tuple(tree_map(leaf, v) for v in value)
+    if type(value) is dict:
+        return {k: tree_map(leaf, v) for k, v in value.items()}
+    return leaf(value)
+
+
 def dumps(value: Any) -> str:
     """JSON text of an already encoded value."""
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
