@@ -15,10 +15,10 @@ learner's code on those inputs (:mod:`course.agent`), and compares here. The hid
 itself is never sent to the kernel.
 
 A :class:`Verdict` says whether the check passed, its message, the learner names it judged
-and its *kind*: ``value`` when it compared at least one of the learner's results with values
-computed here, ``observed`` when it only took the kernel's word (structure the kernel
-reports, the device audit). :func:`gate` awards an observed check only when the value checks
-of the same names passed. A check that forbade a built-in is backed by
+and its *kind*: ``value`` when it judged at least one tensor the learner's code returned
+against values computed here, ``observed`` when it only took the kernel's word (structure
+the kernel reports, the device audit). :func:`gate` awards an observed check only when the
+value checks of the same names passed. A check that forbade a built-in is backed by
 :func:`static_review` of the submitted source.
 """
 
@@ -107,7 +107,8 @@ def parse_hidden_cell(source: str) -> HiddenCall:
 # Days whose hidden tests the judge runs. The others still run theirs in the kernel (the
 # hidden bundle and the grading guard), until their checks stop handing the learner's code
 # objects built here (models, optimizers, probes), which cannot cross by value.
-JUDGED_DAYS = ("day01", "day02", "day03", "day04", "day05", "day06", "day07")
+JUDGED_DAYS = ("day01", "day02", "day03", "day04", "day05", "day06", "day07", "day11",
+               "day12")
 
 
 def is_judged(day: str) -> bool:
@@ -126,6 +127,7 @@ def run(call: HiddenCall, conn) -> Verdict:
     checking.VALUE_CHECKS[0] = 0
     checking.ACTIVE_FORBID[:] = []
     conn.observed = False
+    conn.tensors_received = 0
     used_forbid: list[str] = []
     real_forbid = checking.forbid
 
@@ -156,7 +158,11 @@ def run(call: HiddenCall, conn) -> Verdict:
     finally:
         if saved is real_forbid:
             module.forbid = real_forbid
-    kind = "value" if checking.VALUE_CHECKS[0] > 0 else "observed"
+    # A value check compared the learner's results (tensors that came back) with values
+    # computed here; a check that saw no tensor, or only ran the device audit, observed.
+    compared = checking.VALUE_CHECKS[0] > 0 or (conn.tensors_received > 0
+                                                 and not conn.observed)
+    kind = "value" if compared else "observed"
     return Verdict(passed, message, call.names, kind, used_forbid)
 
 

@@ -692,7 +692,7 @@ def grade_one(job: dict) -> dict:
     config.GuardedExecute.interrupt_on_timeout = True
     config.GuardedExecute.raise_on_iopub_timeout = False
     config.GuardedExecute.iopub_timeout = 15
-    config.GuardedExecute.store_widget_state = False  # widget state is output too
+    # widget state (comm messages) counts against the same output budget as everything else
     config.KernelManager.transport = "ipc"
     execute.reset_events()
     try:

@@ -48,6 +48,7 @@ class Conn:
         self._proxies: dict[int, Proxy] = {}
         self.requests = 0
         self.observed = False  # a check took the kernel's word (the device audit)
+        self.tensors_received = 0  # learner results that came back as tensors
 
     # -- requests -------------------------------------------------------------------
     def request(self, req: dict) -> Any:
@@ -65,7 +66,12 @@ class Conn:
                              f"{str(exc)[:200]}") from exc
         if isinstance(value, wire.RemoteException):
             raise _local_exception(value)
+        wire.tree_map(self._count_tensor, value)
         return self._wrap(value)
+
+    def _count_tensor(self, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            self.tensors_received += 1
 
     def _wrap(self, value: Any) -> Any:
         return wire.tree_map(self._proxy, value)

@@ -29,7 +29,7 @@ _ids: dict[int, int] = {}       # id(object) -> reference id
 
 def _tensor(t: torch.Tensor) -> dict:
     """A tensor without a graph travels by value; one that needs its graph stays here."""
-    return {"$t": list(wire._tensor_bytes(t))} if not t.requires_grad else _ref(t)
+    return wire.encode(t) if not t.requires_grad else _ref(t)
 
 
 def _enc(value: Any) -> Any:
@@ -109,7 +109,7 @@ def handle(request: str) -> str:
         with torch.set_grad_enabled(bool(req.get("grad", True))):
             out = _do(req)
             if isinstance(out, dict) and set(out) == {"$value"}:
-                enc = {"$t": list(wire._tensor_bytes(out["$value"]))}
+                enc = wire.encode(out["$value"].detach())
             else:
                 enc = _enc(out)
     except Exception as exc:  # noqa: BLE001 - the learner's error, reported as data

@@ -15,6 +15,7 @@ Encodings (``enc`` = an encoded value):
 - ``{"$l": [enc...]}`` a list, ``{"$u": [enc...]}`` a tuple, ``{"$d": [[key, enc]...]}`` a
   dict with string or integer keys, ``{"$s": [start, stop, step]}`` a slice, ``{"$e": true}``
   the Ellipsis;
+- ``{"$m": [dtype, shape]}``: a tensor on PyTorch's ``meta`` device (no data);
 - ``{"$z": [ints]}`` a ``torch.Size``, ``{"$dt": name}`` a dtype, ``{"$dv": name}`` a device;
 - ``{"$r": id, "cls": [class names, most derived first], "kind": kind}``: a reference;
 - ``{"$x": [exception type name, message]}``: what learner code raised (replies only).
@@ -115,6 +116,8 @@ def encode(value: Any, ref=None, depth: int = 0, pre=None, tensor=None) -> Any:
                        for v in (value.start, value.stop, value.step)]}
     if value is Ellipsis:
         return {"$e": True}
+    if isinstance(value, torch.Tensor) and value.device.type == "meta":
+        return {"$m": [str(value.dtype).removeprefix("torch."), list(value.shape)]}
     if isinstance(value, torch.Tensor):
         out = {"$t": list(_tensor_bytes(value))}
         if value.requires_grad:
@@ -168,6 +171,10 @@ def decode(data: Any, depth: int = 0) -> Any:
             if data.get("g") is True and t.is_floating_point():
                 t.requires_grad_(True)
             return t
+        if key == "$m" and isinstance(body, list) and len(body) == 2 and body[0] in DTYPES \
+                and isinstance(body[1], list) and len(body[1]) <= 16 \
+                and all(isinstance(n, int) and 0 <= n < 2**31 for n in body[1]):
+            return torch.empty(body[1], dtype=DTYPES[body[0]], device="meta")
         if key in ("$l", "$u") and isinstance(body, list) and len(body) <= MAX_ITEMS:
             items = [decode(v, depth + 1) for v in body]
             return items if key == "$l" else tuple(items)
