@@ -24,6 +24,8 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.build import PipelineError, notebook_name
+
 ATTEMPT = re.compile(r"_attempt_(?P<timestamp>[0-9][0-9\-]*)_")
 STUDENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
@@ -134,3 +136,45 @@ def unzip_submissions(zip_path: Path, out: Path, days: list[str],
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(nb, dest)
     return subs
+
+
+def find_submitted_notebook(folder: Path, day: str) -> Path | None:
+    """The notebook of ``day`` in a submission folder, tolerating a renamed single notebook
+    (``day03_self_attention (1).ipynb``) and ignoring checkpoints."""
+    exact = folder / notebook_name(day)
+    if exact.is_file():
+        return exact
+    candidates = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+    if len(candidates) == 1:
+        return candidates[0]
+    close = [p for p in candidates if p.name.startswith(day)]
+    if close:
+        return max(close, key=lambda p: p.stat().st_mtime)
+    return None
+
+
+def discover(submissions: Path, days: list[str], students: list[str] | None = None
+             ) -> list[tuple[str, str, Path | None]]:
+    """(student, day, notebook or None) for every student folder and day.
+
+    The layout is nbgrader's ``<submissions>/<student_id>/<assignment_id>/<notebook>.ipynb``.
+
+    Raises:
+        PipelineError: if ``submissions`` is not a folder or holds no student folder.
+    """
+    if not submissions.is_dir():
+        raise PipelineError(f"{submissions} is not a folder of submissions "
+                            "(<student_id>/<dayNN_slug>/<dayNN_slug>.ipynb)")
+    student_dirs = sorted(p for p in submissions.iterdir()
+                          if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+    if students:
+        student_dirs = [p for p in student_dirs if p.name in students]
+    if not student_dirs:
+        raise PipelineError(f"no student folders in {submissions}")
+    jobs = []
+    for sdir in student_dirs:
+        for day in days:
+            ddir = sdir / day
+            jobs.append((sdir.name, day, find_submitted_notebook(ddir, day)
+                         if ddir.is_dir() and not ddir.is_symlink() else None))
+    return jobs

@@ -46,7 +46,7 @@ def _unpacked(blob: bytes) -> Path:
 
 def remote_grade(job: dict, blob: bytes) -> dict:
     """A Dask task: grade one submission on this worker machine."""
-    from autograder.pipeline import Result
+    from autograder.records import Result
 
     base = _unpacked(blob)
     job = dict(job)
@@ -79,18 +79,19 @@ def remote_grade(job: dict, blob: bytes) -> dict:
 
 def _child(base: str) -> None:
     """``python -m autograder.distributed BASE``: grade the job read from stdin."""
-    from autograder import pipeline
+    from autograder import worker
+    from autograder.records import Result
 
     job = json.loads(sys.stdin.read())
     real_stdout = os.dup(1)
     os.dup2(2, 1)  # nbgrader chatter must not mix with the answer
-    course_root = Path(pipeline.__file__).resolve().parent.parent
-    pipeline._worker_setup(Path(base) / "template", course_root, Path(base),
-                           bool(job["settings"].get("sandbox")))
+    course_root = Path(worker.__file__).resolve().parent.parent
+    worker._worker_setup(Path(base) / "template", course_root, Path(base),
+                         bool(job["settings"].get("sandbox")))
     try:
-        data = pipeline.grade_one(job)
+        data = worker.grade_one(job)
     except Exception as exc:  # noqa: BLE001
-        data = pipeline.Result(job["student"], job["day"], "environment-error", 0.0,
+        data = Result(job["student"], job["day"], "environment-error", 0.0,
                                job.get("total", 0.0), detail=f"{type(exc).__name__}: {exc}",
                                key=job.get("key", "")).to_json()
     os.write(real_stdout, (json.dumps(data) + "\n").encode())
@@ -104,7 +105,8 @@ def grade_on_cluster(address: str, template: Path, todo: list[dict],
     """
     from distributed import Client, as_completed
 
-    from autograder.pipeline import PipelineError, Result
+    from autograder.build import PipelineError
+    from autograder.records import Result
 
     try:
         client = Client(address, timeout=connect_timeout)

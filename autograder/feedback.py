@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.pipeline import Result, _atomic_write_text
+from autograder.records import Result, _atomic_write_text
 
 STATUS_TEXT = {
     "graded": "Graded.",

@@ -15,7 +15,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from autograder.pipeline import STATUSES, Result, _atomic_write_text
+from autograder.records import STATUSES, Result, _atomic_write_text
 
 NUM = re.compile(r"-?\d+(\.\d+)?(e-?\d+)?")
 

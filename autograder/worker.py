@@ -1,0 +1,291 @@
+"""Grading one submission in a worker: its own course folder, a sandboxed kernel, nbgrader.
+
+A worker process sets up a private copy of the grading template once (:func:`_worker_setup`),
+then :func:`grade_one` grades each submission sent to it: checks the file, writes it where
+nbgrader expects it, starts the kernel through the sandbox launcher with a fresh private
+folder, runs nbgrader's autograde with :class:`autograder.execute.GuardedExecute` (which
+judges the hidden tests of judged days itself), and scores the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from autograder.build import _run_converter, load_config, notebook_name
+from autograder.records import Result
+from autograder.score import (
+    _gate,
+    _own_code,
+    _status_from,
+    graded_cells,
+    scan_for_tampering,
+    score_notebook,
+)
+
+_WORKER: dict = {}
+
+
+def _worker_setup(template: Path, course_root: Path, base: Path, sandbox: bool) -> Path:
+    """A private course folder for this process: template copy, gradebook, kernelspec dir."""
+    import warnings
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(course_root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    work = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=base))
+    warnings.filterwarnings("ignore")
+    shutil.copytree(template / "source", work / "source")
+    shutil.copy2(template / "gradebook.db", work / "gradebook.db")
+    if (template / "release").is_dir():
+        shutil.copytree(template / "release", work / "release")
+    (work / "jupyter" / "kernels").mkdir(parents=True)
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [str(work / "jupyter"), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+    _WORKER.update(root=work, template=template, course_root=course_root, base=base,
+                   sandbox=sandbox)
+    return work
+
+
+def grade_one(job: dict) -> dict:
+    """Autograde one submission in this worker's course folder; returns a Result as JSON plus
+    ``_notebook`` (the autograded notebook's text) when nbgrader produced one."""
+    import time
+
+    from nbgrader.converters import Autograde
+
+    from autograder import execute, sandbox
+    from autograder.judge import is_judged
+
+    t0 = time.monotonic()
+    student, day, nb_path = job["student"], job["day"], job["path"]
+    settings = job["settings"]
+    root: Path = _WORKER["root"]
+    source_nb = nbformat.read(str(root / "source" / day / notebook_name(day)), as_version=4)
+    total = sum(p for _, p in graded_cells(source_nb))
+    sandboxed = bool(settings.get("sandbox"))
+
+    def done(status, score=0.0, tests=(), detail="", flags=(), notebook=None):
+        data = Result(student, day, status, score, total, list(tests), detail,
+                      job.get("key", ""), round(time.monotonic() - t0, 2), sandboxed,
+                      list(flags)).to_json()
+        if notebook is not None:
+            data["_notebook"] = notebook
+        return data
+
+    if nb_path is None:
+        return done("missing", detail=f"no {notebook_name(day)} submitted")
+    cap = settings.get("max_notebook_bytes", 50 * 1024 * 1024)
+    try:
+        if Path(nb_path).is_symlink() or not Path(nb_path).is_file():
+            raise ValueError("it is a link or not a regular file; only plain files are graded")
+        raw = sandbox.read_capped(Path(nb_path), cap + 1)
+        if len(raw) > cap:
+            raise ValueError(f"the file is larger than {cap / 1e6:.0f} MB, the limit")
+        submitted = nbformat.reads(raw.decode("utf-8"), as_version=4)
+        nbformat.validate(submitted)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets a status, not a crash
+        return done("unreadable", detail=f"{Path(nb_path).name} is not a valid notebook: "
+                                         f"{type(exc).__name__}: {str(exc)[:300]}")
+    # a notebook of another day in this day's folder
+    own = {g for g, _ in graded_cells(source_nb)}
+    ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in submitted.cells}
+    ids.discard(None)
+    if ids and not ids & own:
+        other = sorted({i.split("_")[0] for i in ids if i.startswith("day")})
+        owner = ", ".join(other) or "another notebook"
+        return done("missing", detail=f"{Path(nb_path).name} in {day}/ is not the {day} "
+                                      f"notebook (its cells belong to {owner}); "
+                                      "nothing was graded for this day")
+    # a test cell pasted twice: nbgrader rejects duplicate grade ids; keep the first copy
+    seen: set[str] = set()
+    kept, dup_flags = [], []
+    for cell in submitted.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid and gid in seen:
+            dup_flags.append(f"a second copy of cell {gid} was ignored")
+            continue
+        if gid:
+            seen.add(gid)
+        kept.append(cell)
+    submitted.cells = kept
+    # nbgrader metadata the course never gave (a "read-only" cell of the learner's making)
+    # makes the cell the learner's own: nbgrader would reject the notebook, and a scan that
+    # trusts the metadata would skip the cell.
+    course_ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                  for c in source_nb.cells} - {None}
+    for i, cell in enumerate(submitted.cells, 1):
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if meta is not None and meta.get("grade_id") not in course_ids:
+            del cell.metadata["nbgrader"]
+            dup_flags.append(f"cell {i} carried nbgrader metadata the course never gave "
+                             "(treated as the learner's own cell)")
+    try:
+        from nbgrader.nbgraderformat import MetadataValidator
+
+        MetadataValidator().validate_nb(submitted)
+    except Exception as exc:  # noqa: BLE001 - nbgrader would refuse it: say so, per student
+        return done("unreadable", detail=f"{Path(nb_path).name}: its nbgrader cell metadata "
+                                         f"is corrupted: {str(exc)[:300]}")
+    release = None
+    rel_path = root / "release" / day / notebook_name(day)
+    if rel_path.is_file():
+        release = nbformat.read(str(rel_path), as_version=4)
+    static = scan_for_tampering(submitted, release) if settings.get("tamper", True) else []
+
+    sub_dir = root / "submitted" / student / day
+    out_dir = root / "autograded" / student / day
+    shutil.rmtree(sub_dir, ignore_errors=True)
+    shutil.rmtree(out_dir, ignore_errors=True)  # nbgrader skips an existing one
+    sub_dir.mkdir(parents=True)
+    nbformat.write(submitted, str(sub_dir / notebook_name(day)))
+    # A fresh private folder per submission, host-only: kernel.log, the sandbox's pid and exit
+    # status, the start-up script. The kernel writes only inside its own tmpfs.
+    from autograder.kernel_startup import STARTUP
+
+    private = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
+    shutil.rmtree(private)
+    sandbox.prepare_private(private, STARTUP)
+    # The Python environment, read-only; a venv inside the instructor's checkout is shown at
+    # a neutral path (/tmp/.venv), so that no path of the checkout reaches the kernel.
+    python = sys.executable
+    exe_prefix = str(Path(os.path.realpath(sys.executable)).parent.parent)
+    ro = [[p, p] for p in dict.fromkeys([sys.base_prefix, exe_prefix])]
+    course_root = Path(_WORKER["course_root"]).resolve()
+    if sandboxed and sys.prefix != sys.base_prefix and \
+            Path(sys.prefix).resolve().is_relative_to(course_root):
+        ro.append([sys.prefix, sandbox.INNER_VENV])
+        python = sandbox.INNER_VENV + sys.executable[len(sys.prefix):]
+    elif sys.prefix not in (sys.base_prefix, exe_prefix):
+        ro.append([sys.prefix, sys.prefix])
+    kenv = sandbox.kernel_environment(private, sandboxed, python)
+    kenv["TFS_DAY"] = day
+    kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
+    kenv["NBGRADER_EXECUTION"] = "autograde"
+    hide = [str(_WORKER["course_root"]), str(_WORKER["base"]), str(Path.home()),
+            *settings.get("hide", [])]
+    bundle = None
+    if sandboxed:
+        ro.append([str(Path(_WORKER["course_root"]) / "course"), f"{sandbox.INNER_LIB}/course"])
+        binds, data_env = sandbox.dataset_binds()
+        ro += binds
+        kenv.update(data_env)
+        if not is_judged(day):  # a judged day's checks never enter the kernel
+            bundle = str(_WORKER["template"] / "hidden.json")
+        os.environ["TFS_KERNEL_PRIVATE"] = str(private)
+    else:
+        kenv["PYTHONPATH"] = str(_WORKER["course_root"])
+        for var in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR"):
+            if os.environ.get(var):
+                kenv[var] = os.environ[var]
+        os.environ.pop("TFS_KERNEL_PRIVATE", None)
+    spec = sandbox.Spec(sandbox=sandboxed, limits=settings["limits"], private=str(private),
+                        startup=str(private / "ipython/profile_default/startup"
+                                    / sandbox.STARTUP_NAME),
+                        hide=hide, ro_bind=ro, bundle=bundle, env=kenv,
+                        cgroup_parent=settings.get("cgroup_parent"))
+    spec_path = private / "spec.json"
+    spec_path.write_text(json.dumps(spec.__dict__))
+    sandbox.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path, python)
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(private / "runtime")
+
+    config = load_config(root, root / "gradebook.db")
+    lim = settings["limits"]
+    config.Autograde.autograde_preprocessors = [
+        execute.GuardedExecute if p.__name__ == "Execute" else p
+        for p in Autograde.class_traits()["autograde_preprocessors"].default()]
+    config.GuardedExecute.timeout = lim["cell_timeout"]
+    config.GuardedExecute.notebook_timeout = lim["notebook_timeout"]
+    config.GuardedExecute.max_output = lim["output"]
+    config.GuardedExecute.use_guard = 1 if settings.get("tamper", True) else 0
+    config.GuardedExecute.judge_day = day if is_judged(day) else ""
+    config.GuardedExecute.kernel_name = "tfs-graded"
+    config.GuardedExecute.startup_timeout = 120
+    config.GuardedExecute.interrupt_on_timeout = True
+    config.GuardedExecute.raise_on_iopub_timeout = False
+    config.GuardedExecute.iopub_timeout = 15
+    # widget state (comm messages) counts against the same output budget as everything else
+    config.KernelManager.transport = "ipc"
+    execute.reset_events()
+    try:
+        return _autograde(config, root, student, day, private, out_dir, source_nb, static,
+                          dup_flags, settings, sandboxed, done, _own_code(submitted, release))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        os.environ.pop("TFS_KERNEL_PRIVATE", None)
+
+
+def _autograde(config, root, student, day, private, out_dir, source_nb, static, dup_flags,
+               settings, sandboxed, done, own_code) -> dict:
+    """Run nbgrader's autograde on the written submission and turn its outcome into a result.
+
+    Everything read here after the kernel ran is host-only: the autograded notebook (nbgrader
+    wrote it in the worker's folder, which the sandbox never shows), and the private folder's
+    log and exit record, read without following links and with a size cap.
+    """
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import Autograde
+
+    from autograder import execute, sandbox
+
+    try:
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers-from-scratch") as gb:
+            gb.update_or_create_student(student)
+        _run_converter(Autograde, config, day, student)
+    except Exception as exc:  # noqa: BLE001
+        log = _tail(private / "kernel.log")
+        return done("environment-error",
+                    detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:400]}"
+                           + (f"; kernel log: {log}" if log else ""))
+    finally:
+        if settings.get("cgroup_parent"):
+            sandbox.cleanup_cgroups(settings["cgroup_parent"])
+    out_nb = out_dir / notebook_name(day)
+    limit = settings["limits"]["output"] * 4 + 4 * 1024 * 1024
+    text = sandbox.read_capped(out_nb, limit + 1).decode("utf-8", "replace")
+    if not text:
+        return done("environment-error", detail="nbgrader produced no autograded notebook; "
+                    "kernel log: " + _tail(private / "kernel.log"))
+    if len(text) > limit:
+        return done("environment-error", detail="the autograded notebook is larger than "
+                    f"{limit // 1024**2} MiB despite the output cap")
+    graded = nbformat.reads(text, as_version=4)
+    tests = score_notebook(source_nb, graded)
+    events = dict(execute.EVENTS)
+    judged = bool(events.get("judged"))
+    review = []
+    if judged:
+        from autograder.judge import static_review
+
+        tests = _gate(tests, events["judged"])
+        # Judged outside the kernel, a tampered kernel cannot earn a value check: what the
+        # static scans find is for the instructor's eyes, not a reason to withhold points.
+        forbidden = sorted({f for v in events["judged"].values() if v["passed"]
+                            for f in v["forbidden"]})
+        review = [f"review: {f}" for f in static + static_review(own_code, forbidden)]
+        static = []
+    score = sum(t.points for t in tests)
+    events["tamper"] = static + list(events.get("tamper", []))
+    try:
+        events["exit"] = json.loads(sandbox.read_capped(private / "exit.json", 4096) or b"{}")
+    except ValueError:
+        events["exit"] = {}
+    status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
+    flags += dup_flags + review
+    detail = "; ".join(flags[:5])
+    if settings.get("tamper", True) and not events.get("guard") and not judged and any(
+            True for _ in graded_cells(source_nb)) and status == "graded" and sandboxed:
+        flags.append("the grading guard never ran")
+    return done(status, score, tests, detail, flags, text)
+
+
+def _tail(path: Path, n: int = 600) -> str:
+    """The end of a host-only log, never through a link, never more than ``n`` bytes."""
+    from autograder.sandbox import read_capped
+
+    return read_capped(path, n, tail=True).decode("utf-8", "replace").strip()
