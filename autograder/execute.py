@@ -224,6 +224,24 @@ class GuardedExecute(Execute):
     execute_cell = run_sync(async_execute_cell)
 
     # -- the judge -------------------------------------------------------------------
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        if self.judge_day:
+            # Connect the judge before any learner code runs: the connection then survives
+            # whatever the kernel later does to its socket files (and is never re-made).
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
+            await asyncio.get_running_loop().run_in_executor(self._judge_pool,
+                                                             self._connect_judge)
+        return kc
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    def _connect_judge(self) -> None:
+        self._judge_client = self._make_judge_client()
+        self._judge_client.kernel_info(reply=True, timeout=60)  # the connection is made
+
     async def _judge_cell(self, cell: NotebookNode) -> NotebookNode:
         """Judge a hidden test cell in this (trusted) process; the kernel only answers the
         judge's requests. The cell's outputs are the verdict: none when it passed, one
@@ -243,11 +261,17 @@ class GuardedExecute(Execute):
             from autograder.remote import Conn
 
             # One thread for all of this notebook's judging: it owns the blocking client.
-            if self._judge_pool is None:
-                self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
-            conn = Conn(self._judge_transport(deadline))
-            verdict = await asyncio.get_running_loop().run_in_executor(
-                self._judge_pool, judge.run, call, conn)
+            loop = asyncio.get_running_loop()
+            try:
+                if self._judge_pool is None:
+                    self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
+                    await loop.run_in_executor(self._judge_pool, self._connect_judge)
+            except Exception as exc:  # noqa: BLE001 - no judge connection: this test fails
+                verdict = judge.Verdict(False, "the kernel did not answer the judge: "
+                                        f"{type(exc).__name__}: {exc}", call.names)
+            else:
+                conn = Conn(self._judge_transport(deadline))
+                verdict = await loop.run_in_executor(self._judge_pool, judge.run, call, conn)
         if "timed out" in verdict.message or "kernel died" in verdict.message:
             EVENTS["timeout" if "timed out" in verdict.message else "kernel_died"] = True
             if "timed out" in verdict.message:
@@ -284,8 +308,6 @@ class GuardedExecute(Execute):
         b64 = re.compile(r"'([A-Za-z0-9+/=]*)'")
 
         def transport(payload: str) -> str:
-            if self._judge_client is None:
-                self._judge_client = self._make_judge_client()
             bc = self._judge_client
             expr = f"__import__('course.agent', fromlist=['handle']).handle('{payload}')"
             msg_id = bc.execute("", silent=True, store_history=False, allow_stdin=False,

@@ -125,13 +125,6 @@ def grade_one(job: dict) -> dict:
             del cell.metadata["nbgrader"]
             dup_flags.append(f"cell {i} carried nbgrader metadata the course never gave "
                              "(treated as the learner's own cell)")
-    try:
-        from nbgrader.nbgraderformat import MetadataValidator
-
-        MetadataValidator().validate_nb(submitted)
-    except Exception as exc:  # noqa: BLE001 - nbgrader would refuse it: say so, per student
-        return done("unreadable", detail=f"{Path(nb_path).name}: its nbgrader cell metadata "
-                                         f"is corrupted: {str(exc)[:300]}")
     release = None
     rel_path = root / "release" / day / notebook_name(day)
     if rel_path.is_file():

@@ -64,6 +64,7 @@ def batch(root, tmp_path_factory):
     mutant = _mutant_nb(root)
     for name, code in S.CHEATS.items():
         S.put(subs, name, S.with_cell(mutant, code))
+    S.put(subs, "mutant-alone", mutant)
     # Classmates up to 50 submissions, so that the hanging one ("loop") sits among 50.
     blank = S.release(root)
     for i in range(BATCH_SIZE - len(list(subs.iterdir()))):
@@ -154,13 +155,19 @@ def test_limits_are_reported(batch):
     assert any("file-size" in f for f in batch["by"]["file-2gb"].flags)
 
 
-def test_known_cheats_are_marked_tampered_and_do_not_pay(batch, root):
-    """Is each cheat marked tampered, and does it score no more than the honest mutant?"""
+def test_known_cheats_earn_no_more_than_the_honest_mutant(batch, root):
+    """Each cheat sits beside a mutant's wrong answer. Day 3 is judged outside the kernel:
+    does each cheat earn exactly what the mutant earns alone, flagged for review?"""
+    from autograder.judge import is_judged
+
+    assert is_judged(S.DAY)
+    honest = batch["by"]["mutant-alone"]
+    assert honest.score < batch["full"]
     for name in S.CHEATS:
         r = batch["by"][name]
-        assert r.status == "tampered", (name, r.status, r.detail)
-        assert r.score < batch["full"], (name, r.tests)
-        assert r.flags, name
+        assert r.status == "graded", (name, r.status, r.detail)
+        assert r.score == honest.score, (name, r.tests)
+        assert any(f.startswith("review:") for f in r.flags), (name, r.flags)
 
 
 def test_same_submission_same_result(batch):
