@@ -46,8 +46,11 @@ class GradingKernelManager(AsyncKernelManager):
     Unsandboxed, the sockets live in ``$JUPYTER_RUNTIME_DIR``. Sandboxed (``TFS_KERNEL_PRIVATE``
     names the kernel's host-only private folder), the kernel binds them in its own tmpfs and
     the host reaches them through ``/proc/<sandbox pid>/root``, which the launcher records in
-    ``sandbox.json``: no host folder is writable by the kernel. The client never reconnects
-    (``RECONNECT_IVL`` -1): a socket path replaced later by the kernel is never followed.
+    ``sandbox.json``: no host folder is writable by the kernel. Clients connect once the kernel
+    has bound every socket; the judge's own connection is made before any learner code runs
+    and never re-made (``RECONNECT_IVL`` -1), so a socket path the kernel replaces later is
+    never followed by the judge. (Every message is signed with the kernel's own key: a
+    socket that is not the kernel's cannot speak for it.)
     """
 
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
@@ -63,16 +66,6 @@ class GradingKernelManager(AsyncKernelManager):
             return os.path.splitext(self.connection_file)[0] + "-ipc"
         return super()._ip_default()
 
-    @default("context")
-    def _context_default(self):
-        self._created_context = True
-        return _no_reconnect_context()
-
-    def client(self, **kwargs):
-        kwargs.setdefault("context", _no_reconnect_context())
-        kc = super().client(**kwargs)
-        kc._created_context = True  # destroyed with the client
-        return kc
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         await super()._async_launch_kernel(kernel_cmd, **kw)
@@ -81,7 +74,7 @@ class GradingKernelManager(AsyncKernelManager):
         from autograder.sandbox import INNER_IPC, read_capped
 
         private = os.environ.get("TFS_KERNEL_PRIVATE")
-        # The client never reconnects: wait until the kernel has bound every socket.
+        # Connect once the kernel has bound every socket (under /proc/<pid>/root when sandboxed).
         deadline = monotonic() + 120
         ports = [self.shell_port, self.iopub_port, self.stdin_port, self.control_port,
                  self.hb_port]
@@ -104,15 +97,6 @@ class GradingKernelManager(AsyncKernelManager):
                                    f"{code})")
             await asyncio.sleep(0.02)
         raise RuntimeError("the sandboxed kernel did not open its sockets within 120 s")
-
-
-def _no_reconnect_context():
-    import zmq
-    import zmq.asyncio
-
-    ctx = zmq.asyncio.Context()
-    ctx.setsockopt(zmq.RECONNECT_IVL, -1)
-    return ctx
 
 
 def _is_socket(path: str) -> bool:
@@ -161,6 +145,17 @@ class GuardedExecute(Execute):
                 self._judge_pool.submit(self._close_judge_client).result()
                 self._judge_pool.shutdown()
                 self._judge_pool = None
+
+    async def _async_cleanup_kernel(self) -> None:
+        # Close the judge's connection first, then the client's sockets without lingering:
+        # zmq's default linger (100 ms a socket, one after the other) cost half a second per
+        # notebook, for messages to a kernel that is shutting down anyway.
+        if self._judge_pool is not None:
+            await asyncio.get_running_loop().run_in_executor(self._judge_pool,
+                                                             self._close_judge_client)
+        await super()._async_cleanup_kernel()
+
+    _cleanup_kernel = run_sync(_async_cleanup_kernel)
 
     def _close_judge_client(self) -> None:
         if self._judge_client is not None:

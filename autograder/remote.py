@@ -46,15 +46,25 @@ class Conn:
         self.transport = transport
         self._classes: dict[tuple[str, ...], type] = {}
         self._proxies: dict[int, Proxy] = {}
+        self._attrs: dict[tuple, Any] = {}
+        self.epoch = 0  # bumped by every request that may change the kernel's state
         self.requests = 0
         self.observed = False  # a check took the kernel's word (the device audit)
         self.tensors_received = 0  # learner results that came back as tensors
 
     # -- requests -------------------------------------------------------------------
     def request(self, req: dict) -> Any:
+        """One request; attribute reads are remembered until the next call or assignment
+        (the only requests that run code meant to change state), values likewise."""
         import base64
         import json
 
+        key = (req.get("ref"), req.get("name")) if req.get("op") == "getattr" else None
+        if key is not None and key in self._attrs:
+            return self._attrs[key]
+        if req.get("op") in ("call", "setattr", "audit"):
+            self.epoch += 1
+            self._attrs.clear()
         req = {**req, "grad": torch.is_grad_enabled()}
         self.requests += 1
         text = self.transport(base64.b64encode(json.dumps(req).encode()).decode("ascii"))
@@ -66,21 +76,26 @@ class Conn:
                              f"{str(exc)[:200]}") from exc
         if isinstance(value, wire.RemoteException):
             raise _local_exception(value)
-        wire.tree_map(self._count_tensor, value)
-        return self._wrap(value)
+        value = self._wrap(value)
+        if key is not None:
+            self._attrs[key] = value
+        return value
 
-    def _count_tensor(self, value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            self.tensors_received += 1
+
 
     def _wrap(self, value: Any) -> Any:
         return wire.tree_map(self._proxy, value)
 
     def _proxy(self, value: Any) -> Any:
         if isinstance(value, wire.Ref):  # one proxy per kernel object: `is` keeps its meaning
-            if value.id not in self._proxies:
-                self._proxies[value.id] = Proxy(self, value)
-            return self._proxies[value.id]
+            proxy = self._proxies.get(value.id)
+            if proxy is None:
+                proxy = self._proxies[value.id] = Proxy(self, value)
+            object.__setattr__(proxy, "_ref", value)  # the latest values it came with
+            object.__setattr__(proxy, "_epoch", self.epoch)
+            return proxy
+        if isinstance(value, torch.Tensor):
+            self.tensors_received += 1
         return value
 
     def encode(self, value: Any) -> Any:
@@ -156,14 +171,20 @@ def _local_tree(value: Any) -> Any:
     return wire.tree_map(_local, value)
 
 
+# Reads of a kernel tensor answered from the values it came with (no state changes since).
+LOCAL_TENSOR_READS = frozenset({"shape", "dtype", "ndim", "numel", "size", "dim",
+                                "is_floating_point"})
+
+
 class Proxy:
     """An object that lives in the kernel (see the module docstring)."""
 
-    __slots__ = ("_conn", "_ref")
+    __slots__ = ("_conn", "_ref", "_epoch")
 
     def __init__(self, conn: Conn, ref: wire.Ref):
         object.__setattr__(self, "_conn", conn)
         object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_epoch", conn.epoch)
 
     @property
     def __class__(self):  # what isinstance() consults after type(): the kernel's claim
@@ -173,6 +194,9 @@ class Proxy:
         if name.startswith("__") and name.endswith("__") and name not in (
                 "__name__", "__qualname__", "__doc__"):
             raise AttributeError(name)
+        if name in LOCAL_TENSOR_READS and self._ref.kind == "tensor" \
+                and self._ref.value is not None and self._epoch == self._conn.epoch:
+            return getattr(self._ref.value, name)  # what the values it came with say
         return self._conn.request({"op": "getattr", "ref": self._ref.id, "name": name})
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -205,6 +229,9 @@ class Proxy:
         """A kernel tensor by value (detached), or this proxy for anything else."""
         if self._ref.kind != "tensor":
             return self
+        if self._ref.value is not None and self._epoch == self._conn.epoch:
+            self._conn.tensors_received += 1
+            return self._ref.value
         value = self._conn.request({"op": "value", "ref": self._ref.id})
         if not isinstance(value, torch.Tensor):
             raise JudgeError("the kernel sent no tensor for a tensor")

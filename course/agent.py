@@ -48,7 +48,10 @@ def _ref(obj: Any) -> dict:
             "module" if isinstance(obj, torch.nn.Module) else
             "callable" if callable(obj) else "object")
     cls = [f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__]
-    return {"$r": _ids[key], "cls": cls, "kind": kind}
+    out = {"$r": _ids[key], "cls": cls, "kind": kind}
+    if kind == "tensor" and obj.numel() <= 1_000_000:
+        out["v"] = wire.encode(obj.detach())  # saves the judge a round trip to read it
+    return out
 
 
 def _resolve(obj: Any) -> Any:

@@ -17,7 +17,8 @@ Encodings (``enc`` = an encoded value):
   the Ellipsis;
 - ``{"$m": [dtype, shape]}``: a tensor on PyTorch's ``meta`` device (no data);
 - ``{"$z": [ints]}`` a ``torch.Size``, ``{"$dt": name}`` a dtype, ``{"$dv": name}`` a device;
-- ``{"$r": id, "cls": [class names, most derived first], "kind": kind}``: a reference;
+- ``{"$r": id, "cls": [class names, most derived first], "kind": kind}``: a reference (for a
+  tensor, ``"v"`` may hold its values);
 - ``{"$x": [exception type name, message]}``: what learner code raised (replies only).
 
 :func:`decode` checks every field and raises :class:`WireError` on anything else, and the
@@ -47,12 +48,13 @@ class WireError(ValueError):
 
 
 class Ref:
-    """A reference to an object that stays in the kernel."""
+    """A reference to an object that stays in the kernel; for a tensor that needs its graph,
+    ``value`` may carry its current values (sent along to save a round trip)."""
 
-    __slots__ = ("id", "cls", "kind")
+    __slots__ = ("id", "cls", "kind", "value")
 
-    def __init__(self, id: int, cls: list[str], kind: str):
-        self.id, self.cls, self.kind = id, cls, kind
+    def __init__(self, id: int, cls: list[str], kind: str, value: Any = None):
+        self.id, self.cls, self.kind, self.value = id, cls, kind, value
 
     def __repr__(self) -> str:
         return f"Ref({self.id}, {self.cls[:1]}, {self.kind})"
@@ -209,7 +211,10 @@ def decode(data: Any, depth: int = 0) -> Any:
                                                   for c in cls[:50])
                     and isinstance(kind, str)):
                 raise WireError("malformed reference")
-            return Ref(body, [c for c in cls[:50]], kind[:20])
+            value = decode(data["v"], depth + 1) if "v" in data else None
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise WireError("malformed reference value")
+            return Ref(body, [c for c in cls[:50]], kind[:20], value)
         if key == "$x" and isinstance(body, list) and len(body) == 2 \
                 and all(isinstance(v, str) for v in body):
             return RemoteException(body[0][:100], body[1][:4000])
