@@ -115,7 +115,8 @@ def template_cache(root: Path, days: list[str]) -> Path:
 
 
 def _settings(sandboxed: bool, limits, tamper: bool) -> dict:
-    from autograder.sandbox import Limits, default_cgroup_parent
+    from autograder.cgroups import default_cgroup_parent
+    from autograder.sandbox import Limits
 
     lim = limits if limits is not None else Limits()
     return {"sandbox": sandboxed, "limits": lim.to_json(), "tamper": tamper,

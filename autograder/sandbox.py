@@ -35,9 +35,10 @@ import resource
 import shutil
 import subprocess
 import sys
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from autograder.cgroups import _cgroup_oom, _join_cgroup, _remove_cgroups
 
 GiB = 1024**3
 MiB = 1024**2
@@ -127,89 +128,6 @@ def available() -> tuple[bool, str]:
     else:
         _AVAILABLE = (True, "")
     return _AVAILABLE
-
-
-# --------------------------------------------------------------------------- cgroups
-
-
-def _cgroup_dirs(parent: str) -> list[Path]:
-    """Writable cgroup folders for pids and memory (v1 or v2), created under ``parent``."""
-    base = Path("/sys/fs/cgroup")
-    out = []
-    if (base / "cgroup.controllers").is_file():  # v2
-        out.append(base / parent)
-    else:
-        for ctl in ("pids", "memory"):
-            if (base / ctl).is_dir():
-                out.append(base / ctl / parent)
-    return out
-
-
-def _join_cgroup(parent: str, limits: dict, pid: int) -> list[Path]:
-    """Best effort: put ``pid`` in a fresh cgroup with pids/memory limits."""
-    made = []
-    name = f"kernel-{pid}-{uuid.uuid4().hex[:6]}"
-    for d in _cgroup_dirs(parent):
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            g = d / name
-            g.mkdir()
-            if limits.get("processes") and (g / "pids.max").exists():
-                (g / "pids.max").write_text(str(limits["processes"]))
-            mem = limits.get("memory")
-            if mem:
-                for fname in ("memory.max", "memory.limit_in_bytes"):
-                    if (g / fname).exists():
-                        (g / fname).write_text(str(mem + 512 * MiB))
-            (g / "cgroup.procs").write_text(str(pid))
-            made.append(g)
-        except OSError:
-            continue
-    return made
-
-
-def _cgroup_oom(groups: list[Path]) -> bool:
-    """Did any of these cgroups hit its memory ceiling (v1 failcnt/oom_kill, v2 oom_kill)?"""
-    for g in groups:
-        for fname in ("memory.events", "memory.oom_control"):
-            try:
-                text = (g / fname).read_text()
-            except OSError:
-                continue
-            for line in text.splitlines():
-                key, _, value = line.partition(" ")
-                if key in ("oom_kill", "oom") and value.strip().isdigit() and int(value):
-                    return True
-    return False
-
-
-def _remove_cgroups(groups: list[Path]) -> None:
-    for g in groups:
-        try:
-            g.rmdir()
-        except OSError:
-            pass
-
-
-def cleanup_cgroups(parent: str) -> None:
-    """Remove the empty kernel cgroups left under ``parent`` (their kernels have exited)."""
-    for d in _cgroup_dirs(parent):
-        if d.is_dir():
-            for g in d.glob("kernel-*"):
-                try:
-                    g.rmdir()
-                except OSError:
-                    pass
-
-
-def default_cgroup_parent() -> str | None:
-    """A cgroup parent for kernels when this process may create cgroups (root), else None."""
-    if os.geteuid() != 0:
-        return None
-    for d in _cgroup_dirs("transformers-from-scratch"):
-        if os.access(d.parent, os.W_OK):
-            return "transformers-from-scratch"
-    return None
 
 
 # --------------------------------------------------------------------------- launcher
@@ -422,124 +340,6 @@ def main(argv: list[str] | None = None) -> None:
     _apply_rlimits({**spec.limits, "processes": None})  # NPROC would count the learner's own
     os.chdir(env.get("HOME", spec.private))
     os.execve(cmd[0], cmd, env)
-
-
-def read_capped(path: Path, limit: int = 64 * 1024, tail: bool = False) -> bytes:
-    """At most ``limit`` bytes of a regular file (its end with ``tail``), never through a link.
-
-    Returns b"" for a missing file, a link, or anything that is not a regular file.
-    """
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return b""
-        if tail and st.st_size > limit:
-            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
-        out = b""
-        while len(out) < limit:
-            chunk = os.read(fd, min(1 << 20, limit - len(out)))
-            if not chunk:
-                break
-            out += chunk
-        return out
-    finally:
-        os.close(fd)
-
-
-# --------------------------------------------------------------------------- host side
-
-
-def write_kernelspec(kernels_dir: Path, name: str, spec_path: Path, python: str) -> None:
-    """A kernelspec ``name`` whose command starts this launcher."""
-    d = kernels_dir / name
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "autograder.sandbox", str(spec_path), "--",
-                 python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (graded, sandboxed)",
-        "language": "python",
-        "interrupt_mode": "message",  # SIGINT to the group would kill bwrap itself
-    }))
-
-
-def kernel_environment(private: Path, sandboxed: bool, python: str) -> dict:
-    """The kernel's whole environment (nothing of the grader's is inherited)."""
-    bindir = str(Path(python).parent)
-    if sandboxed:
-        home, tmp, ipy = INNER_HOME, INNER_TMP, INNER_IPYTHON
-        runtime = INNER_KERNEL
-    else:
-        home, tmp, ipy = (str(private / "home"), str(private / "tmp"),
-                          str(private / "ipython"))
-        runtime = str(private / "runtime")
-    env = {
-        "PATH": os.pathsep.join([bindir, "/usr/local/bin", "/usr/bin", "/bin"]),
-        "LANG": "C.UTF-8",
-        "HOME": home,
-        "TMPDIR": tmp,
-        "MPLCONFIGDIR": f"{tmp}/.matplotlib",
-        "IPYTHONDIR": ipy,
-        "JUPYTER_RUNTIME_DIR": runtime,
-        "MPLBACKEND": "Agg",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        # glibc reserves 64 MiB of address space per thread arena; under RLIMIT_AS that
-        # reservation (not real use) would eat the kernel's memory limit thread by thread.
-        "MALLOC_ARENA_MAX": "2",
-    }
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TZ"):
-        if os.environ.get(var):
-            env[var] = os.environ[var]
-    if sandboxed:
-        env["PYTHONPATH"] = INNER_LIB
-    return env
-
-
-def prepare_private(private: Path, startup: str) -> None:
-    """A new private folder for one kernel (host-only; the sandbox never shows it)."""
-    private.mkdir(parents=True)
-    os.chmod(private, 0o700)
-    for sub in ("home", "tmp", "runtime", "work", "ipython/profile_default/startup"):
-        (private / sub).mkdir(parents=True, exist_ok=True)
-    script = private / "ipython/profile_default/startup" / STARTUP_NAME
-    script.write_text(startup)
-    os.chmod(script, 0o644)
-
-
-def dataset_binds() -> tuple[list[list[str]], dict]:
-    """Read-only binds of each dataset folder, and the kernel's data environment.
-
-    Inside the sandbox every dataset is a folder of ``/tmp/.data`` (``COURSE_DATA_DIR``, a
-    mirror), taken from the host's mirror, else from the host's verified cache; never a
-    parent folder (the host cache may hold other things). The kernel's own cache is in its
-    tmpfs.
-    """
-    try:
-        from course.data import MIRROR_ENV, REGISTRY, cache_dir
-    except Exception:  # noqa: BLE001 - no data layer: nothing to bind
-        return [], {}
-    names = sorted({e.dataset for e in REGISTRY.values()})
-    roots = []
-    if os.environ.get(MIRROR_ENV, "").strip():
-        roots.append(Path(os.environ[MIRROR_ENV]).expanduser())
-    try:
-        roots.append(cache_dir())
-    except Exception:  # noqa: BLE001
-        pass
-    binds = []
-    for name in names:
-        for r in roots:
-            d = r / name
-            if d.is_dir() and not d.is_symlink():
-                binds.append([str(d.resolve()), f"{INNER_DATA}/{name}"])
-                break
-    env = {"COURSE_DATA_DIR": INNER_DATA, "COURSE_CACHE_DIR": f"{INNER_TMP}/.cache-data"}
-    return binds, env
 
 
 if __name__ == "__main__":

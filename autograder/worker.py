@@ -59,7 +59,7 @@ def grade_one(job: dict) -> dict:
 
     from nbgrader.converters import Autograde
 
-    from autograder import execute, sandbox
+    from autograder import execute, kernel_files, sandbox
     from autograder.judge import is_judged
 
     t0 = time.monotonic()
@@ -84,7 +84,7 @@ def grade_one(job: dict) -> dict:
     try:
         if Path(nb_path).is_symlink() or not Path(nb_path).is_file():
             raise ValueError("it is a link or not a regular file; only plain files are graded")
-        raw = sandbox.read_capped(Path(nb_path), cap + 1)
+        raw = kernel_files.read_capped(Path(nb_path), cap + 1)
         if len(raw) > cap:
             raise ValueError(f"the file is larger than {cap / 1e6:.0f} MB, the limit")
         submitted = nbformat.reads(raw.decode("utf-8"), as_version=4)
@@ -143,7 +143,7 @@ def grade_one(job: dict) -> dict:
 
     private = Path(tempfile.mkdtemp(prefix="kernel-", dir=root))
     shutil.rmtree(private)
-    sandbox.prepare_private(private, STARTUP)
+    kernel_files.prepare_private(private, STARTUP)
     # The Python environment, read-only; a venv inside the instructor's checkout is shown at
     # a neutral path (/tmp/.venv), so that no path of the checkout reaches the kernel.
     python = sys.executable
@@ -156,7 +156,7 @@ def grade_one(job: dict) -> dict:
         python = sandbox.INNER_VENV + sys.executable[len(sys.prefix):]
     elif sys.prefix not in (sys.base_prefix, exe_prefix):
         ro.append([sys.prefix, sys.prefix])
-    kenv = sandbox.kernel_environment(private, sandboxed, python)
+    kenv = kernel_files.kernel_environment(private, sandboxed, python)
     kenv["TFS_DAY"] = day
     kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
     kenv["NBGRADER_EXECUTION"] = "autograde"
@@ -165,7 +165,7 @@ def grade_one(job: dict) -> dict:
     bundle = None
     if sandboxed:
         ro.append([str(Path(_WORKER["course_root"]) / "course"), f"{sandbox.INNER_LIB}/course"])
-        binds, data_env = sandbox.dataset_binds()
+        binds, data_env = kernel_files.dataset_binds()
         ro += binds
         kenv.update(data_env)
         if not is_judged(day):  # a judged day's checks never enter the kernel
@@ -184,7 +184,7 @@ def grade_one(job: dict) -> dict:
                         cgroup_parent=settings.get("cgroup_parent"))
     spec_path = private / "spec.json"
     spec_path.write_text(json.dumps(spec.__dict__))
-    sandbox.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path, python)
+    kernel_files.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path, python)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(private / "runtime")
 
     config = load_config(root, root / "gradebook.db")
@@ -224,7 +224,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde
 
-    from autograder import execute, sandbox
+    from autograder import cgroups, execute, kernel_files
 
     try:
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers-from-scratch") as gb:
@@ -237,10 +237,10 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
                            + (f"; kernel log: {log}" if log else ""))
     finally:
         if settings.get("cgroup_parent"):
-            sandbox.cleanup_cgroups(settings["cgroup_parent"])
+            cgroups.cleanup_cgroups(settings["cgroup_parent"])
     out_nb = out_dir / notebook_name(day)
     limit = settings["limits"]["output"] * 4 + 4 * 1024 * 1024
-    text = sandbox.read_capped(out_nb, limit + 1).decode("utf-8", "replace")
+    text = kernel_files.read_capped(out_nb, limit + 1).decode("utf-8", "replace")
     if not text:
         return done("environment-error", detail="nbgrader produced no autograded notebook; "
                     "kernel log: " + _tail(private / "kernel.log"))
@@ -265,7 +265,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     score = sum(t.points for t in tests)
     events["tamper"] = static + list(events.get("tamper", []))
     try:
-        events["exit"] = json.loads(sandbox.read_capped(private / "exit.json", 4096) or b"{}")
+        events["exit"] = json.loads(kernel_files.read_capped(private / "exit.json", 4096) or b"{}")
     except ValueError:
         events["exit"] = {}
     status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
@@ -279,6 +279,6 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
 
 def _tail(path: Path, n: int = 600) -> str:
     """The end of a host-only log, never through a link, never more than ``n`` bytes."""
-    from autograder.sandbox import read_capped
+    from autograder.kernel_files import read_capped
 
     return read_capped(path, n, tail=True).decode("utf-8", "replace").strip()
