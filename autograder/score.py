@@ -173,6 +173,9 @@ def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                                "cells after it were not run; "
                                + _exit_words(events.get("kernel_exit"))]
     if events.get("timeout"):
+        if mem:  # out of memory, the kernel could no longer answer in time: the memory's doing
+            return "memory-limit", [f"hit the memory limit ({mem[0]}), then a cell ran past "
+                                    "its time limit"]
         return "timeout", ["a cell ran past its time limit and was interrupted"]
     if mem:
         return "memory-limit", [f"hit the memory limit: {mem[0]}"]

@@ -235,6 +235,8 @@ def _nb_with_error(ename, evalue):
     ({"guard_memory": True, "tamper": []}, _nb_with_error("ValueError", "x"), "",
      "memory-limit"),
     ({"timeout": True}, _nb_with_error("ValueError", "x"), "", "timeout"),
+    # out of memory, the kernel can no longer answer the judge before the cell's time runs out
+    ({"timeout": True}, _nb_with_error("MemoryError", ""), "", "memory-limit"),
 ])
 def test_status_from_events(events, nb, log, want):
     """Does each way a kernel can fail map to the status an instructor would expect?"""
