@@ -137,3 +137,19 @@ def dataset_binds() -> tuple[list[list[str]], dict]:
                 break
     env = {"COURSE_DATA_DIR": INNER_DATA, "COURSE_CACHE_DIR": f"{INNER_TMP}/.cache-data"}
     return binds, env
+
+
+def unsandboxed_data_environment() -> dict:
+    """Where an unsandboxed kernel (a learner's self-check) finds the datasets: the mirror and
+    cache the grader uses. Its HOME is a fresh folder, so the user's cache is named outright.
+    """
+    env = {var: os.environ[var] for var in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR")
+           if os.environ.get(var)}
+    if "COURSE_CACHE_DIR" not in env:
+        try:
+            from course.data import cache_dir
+
+            env["COURSE_CACHE_DIR"] = str(cache_dir())
+        except Exception:  # noqa: BLE001 - no data layer: the kernel looks for itself
+            pass
+    return env

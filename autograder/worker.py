@@ -173,9 +173,7 @@ def grade_one(job: dict) -> dict:
         os.environ["TFS_KERNEL_PRIVATE"] = str(private)
     else:
         kenv["PYTHONPATH"] = str(_WORKER["course_root"])
-        for var in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR"):
-            if os.environ.get(var):
-                kenv[var] = os.environ[var]
+        kenv.update(kernel_files.unsandboxed_data_environment())
         os.environ.pop("TFS_KERNEL_PRIVATE", None)
     spec = sandbox.Spec(sandbox=sandboxed, limits=settings["limits"], private=str(private),
                         startup=str(private / "ipython/profile_default/startup"

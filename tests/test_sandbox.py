@@ -201,3 +201,22 @@ def test_folders_made_for_binds_are_read_only(tmp_path):
                          timeout=60).stdout
     assert out.split() == ["WROTE-WORK"], out
     assert not (course / "HACKED").exists()
+
+
+def test_kernels_find_the_datasets_without_the_graders_home(monkeypatch, tmp_path):
+    """A kernel's HOME is its own: is the user's dataset cache named for an unsandboxed kernel,
+    and bound folder by folder (never the cache's parent) for a sandboxed one?"""
+    from autograder import kernel_files
+
+    (tmp_path / "cache" / "mnist").mkdir(parents=True)
+    (tmp_path / "cache" / "grading").mkdir()  # something else in the cache folder
+    monkeypatch.delenv("COURSE_DATA_DIR", raising=False)
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
+    assert kernel_files.unsandboxed_data_environment() == {
+        "COURSE_CACHE_DIR": str(tmp_path / "cache")}
+    binds, env = kernel_files.dataset_binds()
+    assert binds == [[str(tmp_path / "cache" / "mnist"), "/tmp/.data/mnist"]]
+    assert env["COURSE_DATA_DIR"] == "/tmp/.data"
+    monkeypatch.delenv("COURSE_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert "COURSE_CACHE_DIR" in kernel_files.unsandboxed_data_environment()
