@@ -68,6 +68,7 @@ class GuardedExecute(Execute):
         self._told_truncated = False
         self._judge_client = None
         self._judge_pool = None
+        self._judge_error = ""
         try:
             return super().preprocess(nb, resources, km)
         finally:
@@ -77,9 +78,7 @@ class GuardedExecute(Execute):
                 self._judge_pool = None
 
     async def _async_cleanup_kernel(self) -> None:
-        # Close the judge's connection first, then the client's sockets without lingering:
-        # zmq's default linger (100 ms a socket, one after the other) cost half a second per
-        # notebook, for messages to a kernel that is shutting down anyway.
+        # Close the judge's connection before the kernel is shut down.
         if self._judge_pool is not None:
             await asyncio.get_running_loop().run_in_executor(self._judge_pool,
                                                              self._close_judge_client)
@@ -157,8 +156,11 @@ class GuardedExecute(Execute):
             from concurrent.futures import ThreadPoolExecutor
 
             self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
-            await asyncio.get_running_loop().run_in_executor(self._judge_pool,
-                                                             self._connect_judge)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._judge_pool,
+                                                                 self._connect_judge)
+            except Exception as exc:  # noqa: BLE001 - each judged test will say so
+                self._judge_error = f"{type(exc).__name__}: {exc}"
         return kc
 
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
@@ -171,43 +173,36 @@ class GuardedExecute(Execute):
         """Judge a hidden test cell in this (trusted) process; the kernel only answers the
         judge's requests. The cell's outputs are the verdict: none when it passed, one
         error with the check's message when it failed (nbgrader scores it as usual)."""
-        from autograder import judge
-
         gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        timeout = self._get_timeout(cell) or self.notebook_timeout
-        deadline = monotonic() + timeout
-        try:
-            call = judge.parse_hidden_cell(cell.source)
-        except judge.NotJudgeable as exc:
-            verdict = judge.Verdict(False, f"the hidden test cannot be judged: {exc}", [])
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            from autograder.remote import Conn
-
-            # One thread for all of this notebook's judging: it owns the blocking client.
-            loop = asyncio.get_running_loop()
-            try:
-                if self._judge_pool is None:
-                    self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
-                    await loop.run_in_executor(self._judge_pool, self._connect_judge)
-            except Exception as exc:  # noqa: BLE001 - no judge connection: this test fails
-                verdict = judge.Verdict(False, "the kernel did not answer the judge: "
-                                        f"{type(exc).__name__}: {exc}", call.names)
-            else:
-                conn = Conn(self._judge_transport(deadline))
-                verdict = await loop.run_in_executor(self._judge_pool, judge.run, call, conn)
-        if "timed out" in verdict.message or "kernel died" in verdict.message:
-            EVENTS["timeout" if "timed out" in verdict.message else "kernel_died"] = True
-            if "timed out" in verdict.message:
-                await ensure_async(self.km.interrupt_kernel())
-            else:
-                self._stopped = "the kernel died earlier in the notebook"
+        verdict = await self._verdict(cell)
+        if verdict.stopped == "timeout":
+            EVENTS["timeout"] = True
+            await ensure_async(self.km.interrupt_kernel())
+        elif verdict.stopped == "died":
+            EVENTS["kernel_died"] = True
+            self._stopped = "the kernel died earlier in the notebook"
         EVENTS["judged"][gid] = verdict.to_json()
         cell.outputs = [] if verdict.passed else [NotebookNode(
             output_type="error", ename="CheckFailure", evalue=verdict.message,
             traceback=[f"CheckFailure: {verdict.message}"])]
         return cell
+
+    async def _verdict(self, cell: NotebookNode):
+        from autograder import judge
+        from autograder.remote import Conn
+
+        try:
+            call = judge.parse_hidden_cell(cell.source)
+        except judge.NotJudgeable as exc:
+            return judge.Verdict(False, f"the hidden test cannot be judged: {exc}", [])
+        if self._judge_client is None:  # the connection made at kernel start failed
+            return judge.Verdict(False, "the kernel did not answer the judge: "
+                                 f"{self._judge_error or 'no connection'}", call.names)
+        deadline = monotonic() + (self._get_timeout(cell) or self.notebook_timeout)
+        conn = Conn(self._judge_transport(deadline))
+        # The judge's one thread owns the blocking client (made at kernel start).
+        return await asyncio.get_running_loop().run_in_executor(self._judge_pool, judge.run,
+                                                                call, conn)
 
     def _make_judge_client(self):
         import zmq
@@ -241,12 +236,13 @@ class GuardedExecute(Execute):
                 left = deadline - monotonic()
                 if left <= 0:
                     raise JudgeError("timed out: the learner's code ran past the cell's time "
-                                     "limit")
+                                     "limit", stopped="timeout")
                 try:
                     msg = bc.get_shell_msg(timeout=min(1.0, left))
                 except queue.Empty:
                     if process is not None and process.poll() is not None:
-                        raise JudgeError("the kernel died while the judge waited") from None
+                        raise JudgeError("the kernel died while the judge waited",
+                                         stopped="died") from None
                     continue
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue

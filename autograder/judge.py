@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from course import checking
@@ -58,10 +58,10 @@ class Verdict:
     names: list[str]
     kind: str = "value"               # "value" or "observed"
     forbidden: list[str] = field(default_factory=list)
+    stopped: str = ""                 # the kernel timed out ("timeout") or died ("died")
 
     def to_json(self) -> dict:
-        return {"passed": self.passed, "message": self.message, "names": self.names,
-                "kind": self.kind, "forbidden": self.forbidden}
+        return asdict(self)
 
 
 def _hidden_part(source: str) -> str:
@@ -129,6 +129,7 @@ def run(call: HiddenCall, conn) -> Verdict:
     conn.observed = False
     conn.tensors_received = 0
     used_forbid: list[str] = []
+    stopped = ""
     real_forbid = checking.forbid
 
     def forbid_and_note(*paths: str):
@@ -151,6 +152,7 @@ def run(call: HiddenCall, conn) -> Verdict:
         passed, message = False, str(exc)
     except JudgeError as exc:
         passed, message = False, f"the kernel did not answer the judge: {exc}"
+        stopped = exc.stopped
     except NameError as exc:
         passed, message = False, f"{exc}: run the cell that defines it"
     except Exception as exc:  # noqa: BLE001 - the learner's code failed outside call()
@@ -163,7 +165,7 @@ def run(call: HiddenCall, conn) -> Verdict:
     compared = checking.VALUE_CHECKS[0] > 0 or (conn.tensors_received > 0
                                                  and not conn.observed)
     kind = "value" if compared else "observed"
-    return Verdict(passed, message, call.names, kind, used_forbid)
+    return Verdict(passed, message, call.names, kind, used_forbid, stopped)
 
 
 def gate(verdicts: dict[str, Verdict]) -> dict[str, str]:

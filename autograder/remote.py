@@ -19,8 +19,10 @@ kernel) and the functions the check has forbidden (:func:`course.checking.forbid
 
 from __future__ import annotations
 
+import base64
 import builtins
 import importlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +38,15 @@ BUILTIN_ERRORS = {name: getattr(builtins, name) for name in (
 
 
 class JudgeError(Exception):
-    """The kernel did not answer as the protocol requires (dead, silent, malformed)."""
+    """The kernel did not answer as the protocol requires (dead, silent, malformed).
+
+    ``stopped`` says why the notebook cannot go on: "timeout" (it did not answer in the
+    cell's time), "died" (its process ended), or "" (a bad answer; the next test may run).
+    """
+
+    def __init__(self, message: str, stopped: str = ""):
+        super().__init__(message)
+        self.stopped = stopped
 
 
 class Conn:
@@ -56,9 +66,6 @@ class Conn:
     def request(self, req: dict) -> Any:
         """One request; attribute reads are remembered until the next call or assignment
         (the only requests that run code meant to change state), values likewise."""
-        import base64
-        import json
-
         key = (req.get("ref"), req.get("name")) if req.get("op") == "getattr" else None
         if key is not None and key in self._attrs:
             return self._attrs[key]
