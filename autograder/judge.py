@@ -48,7 +48,9 @@ class HiddenCall:
 
     @property
     def names(self) -> list[str]:
-        return [v for k, v in [*self.args, *self.kwargs.values()] if k == "name"]
+        """The notebook's globals the check judges (``mnist`` for ``mnist.heldout_labels``)."""
+        return [v.split(".")[0] for k, v in [*self.args, *self.kwargs.values()]
+                if k == "name"]
 
 
 @dataclass
@@ -69,9 +71,20 @@ def _hidden_part(source: str) -> str:
     return m.group(1) if m else source
 
 
-def _arg(node: ast.expr) -> tuple[str, Any]:
+def _dotted(node: ast.expr) -> str | None:
+    """``a`` or ``a.b.c`` for a name or a chain of attributes of a name, else None."""
     if isinstance(node, ast.Name):
-        return ("name", node.id)
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _arg(node: ast.expr) -> tuple[str, Any]:
+    dotted = _dotted(node)
+    if dotted is not None:
+        return ("name", dotted)
     try:
         return ("const", ast.literal_eval(node))
     except ValueError as exc:
@@ -104,11 +117,9 @@ def parse_hidden_cell(source: str) -> HiddenCall:
                       {k.arg: _arg(k.value) for k in call.keywords if k.arg})
 
 
-# Days whose hidden tests the judge runs. The others still run theirs in the kernel (the
-# hidden bundle and the grading guard), until their checks stop handing the learner's code
-# objects built here (models, optimizers, probes), which cannot cross by value.
-JUDGED_DAYS = ("day01", "day02", "day03", "day04", "day05", "day06", "day07", "day11",
-               "day12")
+# Days whose hidden tests the judge runs: all of them. (A day is listed here once its checks
+# hand the learner's code only values, proxies and objects made in the kernel.)
+JUDGED_DAYS = tuple(f"day{n:02d}" for n in range(1, 15))
 
 
 def is_judged(day: str) -> bool:
@@ -122,9 +133,16 @@ def run(call: HiddenCall, conn) -> Verdict:
 
     def value(spec: tuple[str, Any]) -> Any:
         kind, v = spec
-        return conn.get(v) if kind == "name" else v
+        if kind != "name":
+            return v
+        root, *attrs = v.split(".")
+        obj = conn.get(root)
+        for attr in attrs:
+            obj = getattr(obj, attr)
+        return obj
 
     checking.VALUE_CHECKS[0] = 0
+    checking.OBSERVED[0] = False
     checking.ACTIVE_FORBID[:] = []
     conn.observed = False
     conn.tensors_received = 0
@@ -143,6 +161,7 @@ def run(call: HiddenCall, conn) -> Verdict:
     saved = getattr(module, "forbid", None)
     if saved is real_forbid:
         module.forbid = forbid_and_note
+    checking.KERNEL_MAKE = conn.make
     try:
         with checking.quiet():
             check(*[value(a) for a in call.args],
@@ -158,12 +177,15 @@ def run(call: HiddenCall, conn) -> Verdict:
     except Exception as exc:  # noqa: BLE001 - the learner's code failed outside call()
         passed, message = False, f"{type(exc).__name__}: {exc}"
     finally:
+        checking.KERNEL_MAKE = None
         if saved is real_forbid:
             module.forbid = real_forbid
     # A value check compared the learner's results (tensors that came back) with values
-    # computed here; a check that saw no tensor, or only ran the device audit, observed.
+    # computed here; a check that saw no tensor, or only read what the kernel says happened
+    # (the device audit, a probe's record), observed.
     compared = checking.VALUE_CHECKS[0] > 0 or (conn.tensors_received > 0
-                                                 and not conn.observed)
+                                                 and not conn.observed
+                                                 and not checking.OBSERVED[0])
     kind = "value" if compared else "observed"
     return Verdict(passed, message, call.names, kind, used_forbid, stopped)
 

@@ -69,7 +69,7 @@ class Conn:
         key = (req.get("ref"), req.get("name")) if req.get("op") == "getattr" else None
         if key is not None and key in self._attrs:
             return self._attrs[key]
-        if req.get("op") in ("call", "setattr", "audit"):
+        if req.get("op") in ("call", "setattr", "audit", "make"):
             self.epoch += 1
             self._attrs.clear()
         req = {**req, "grad": torch.is_grad_enabled()}
@@ -120,6 +120,12 @@ class Conn:
                              "args": self.encode(tuple(args)),
                              "kwargs": self.encode(dict(kwargs)),
                              "forbid": list(checking.ACTIVE_FORBID)})
+
+    def make(self, factory: Any, args: tuple, kwargs: dict) -> Any:
+        """``factory(*args, **kwargs)`` made in the kernel (see ``course.checking.in_kernel``)."""
+        path = f"{factory.__module__}.{factory.__qualname__}"
+        return self.request({"op": "make", "path": path, "args": self.encode(tuple(args)),
+                             "kwargs": self.encode(dict(kwargs))})
 
     # -- classes --------------------------------------------------------------------
     def local_class(self, names: list[str]) -> type:

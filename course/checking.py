@@ -44,9 +44,79 @@ ACTIVE_FORBID: list[str] = []
 VALUE_CHECKS: list[int] = [0]
 
 
+# Set by the judge while it runs a check: makes ``factory(*args, **kwargs)`` in the kernel
+# and returns a proxy of the result (see ``in_kernel``); None when checks run in one process.
+KERNEL_MAKE: Callable[..., Any] | None = None
+OBSERVED: list[bool] = [False]
+
+
 def note_value_checked() -> None:
     """Count one successful comparison of a learner's values with expected values."""
     VALUE_CHECKS[0] += 1
+
+
+def in_kernel(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``factory(*args, **kwargs)``, made where the learner's code runs.
+
+    A check hands the learner's function objects it made (an optimizer over a model's
+    parameters, a random generator, a probe model). In grading the learner's code runs in
+    another process, so the judge asks that process to make the object (``factory`` must
+    be a public class or function of ``course.probes``, ``course.standins``, ``torch.nn``
+    or ``torch.optim``, or ``torch.Generator``) and gets back a proxy of it. Without a judge
+    this is a plain call.
+    """
+    if KERNEL_MAKE is None:
+        return factory(*args, **kwargs)
+    return KERNEL_MAKE(factory, args, kwargs)
+
+
+def generator(seed: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded with ``seed``, where the learner's code runs."""
+    from course.probes import seeded_generator
+
+    return in_kernel(seeded_generator, seed)
+
+
+def twin(module: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+    """An equal copy of ``module`` where the learner's code runs: same class, weights
+    (parameters and buffers), gradients and train/eval mode.
+
+    ``args``/``kwargs`` are its constructor arguments; a ``course.probes.Probe`` remembers
+    its own. Without a judge this is ``copy.deepcopy(module)``.
+    """
+    import copy
+
+    if KERNEL_MAKE is None:
+        return copy.deepcopy(module)
+    if not args and not kwargs:
+        args, kwargs = getattr(module, "init_args", ((), {}))
+    other = KERNEL_MAKE(type(module), args, kwargs)
+    with torch.no_grad():
+        other.load_state_dict({k: v.detach() for k, v in module.state_dict().items()})
+    grads = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+    if grads:
+        params = dict(other.named_parameters())
+        for name, grad in grads.items():
+            params[name].grad = grad
+    other.train(module.training)
+    return other
+
+
+def observe(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` where the learner's code runs, for a fact only that process can tell
+    (the hooks still registered on a model): in grading, the kernel's word (see ``record``)."""
+    if KERNEL_MAKE is not None:
+        OBSERVED[0] = True
+    return in_kernel(fn, *args)
+
+
+def record(probe: Any, name: str) -> Any:
+    """A probe's record (``probe.modes``, ``probe.inputs``): what the learner's process says
+    happened. In grading it is the kernel's word, so the check that reads it is an
+    observation unless it also compares values (see ``autograder.judge.gate``)."""
+    if KERNEL_MAKE is not None:
+        OBSERVED[0] = True
+    return getattr(probe, name)
 
 
 # Error texts that PyTorch raises for classic mistakes, mapped to advice.

@@ -12,6 +12,8 @@ credit.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from course.checking import (
@@ -33,7 +35,20 @@ __all__ = [
     "expect_module",
     "expect_tensor",
     "rng",
+    "trusted_mnist",
 ]
+
+
+@functools.cache
+def trusted_mnist():
+    """The MNIST split, loaded here from the course's verified dataset files.
+
+    Checks that need real digits use this, never the notebook's ``mnist``: what the kernel
+    holds is the learner's word (it could be any tensors).
+    """
+    from course.data import load_mnist
+
+    return load_mnist()
 
 
 def rng(seed: int) -> torch.Generator:

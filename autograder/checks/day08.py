@@ -13,8 +13,18 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import (
+    CheckFailure,
+    call,
+    compare,
+    expect_module,
+    expect_tensor,
+    rng,
+    trusted_mnist,
+)
+from course.checking import in_kernel, note_value_checked, twin
 from course.device import check_runs_on_any_device
+from course.probes import seeded
 
 ATTRIBUTES = ("input_proj", "cls_token", "pos_encoding", "layers", "norm", "head")
 
@@ -33,7 +43,10 @@ def _as_float(value, name: str) -> float:
 
 
 def check_normalization(normalization_stats, MEAN, STD, mnist) -> None:
-    """normalization_stats on synthetic images; MEAN, STD from the training split."""
+    """normalization_stats on synthetic images; MEAN, STD from the training split.
+
+    The digits are the judge's own copy (``trusted_mnist``), not the notebook's ``mnist``."""
+    mnist = trusted_mnist()
     g = rng(80)
     for shape in ((5, 28, 28), (3, 4, 6)):
         images = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
@@ -90,8 +103,13 @@ def check_images_to_rows(images_to_rows) -> None:
                 rtol=1e-5, atol=1e-5)
 
 
-def _build(SequenceClassifier, *args, name="SequenceClassifier"):
-    model = expect_module(SequenceClassifier, *args, name=name)
+def _build(SequenceClassifier, *args, name="SequenceClassifier", seed=None):
+    """The learner's model; with ``seed``, built under that seed where the learner's code runs."""
+    if seed is None:
+        model = expect_module(SequenceClassifier, *args, name=name)
+    else:
+        model = call(in_kernel, seeded, seed, SequenceClassifier, *args,
+                     name=f"{name}{args}")
     missing = [a for a in ATTRIBUTES if not hasattr(model, a)]
     if missing:
         raise CheckFailure(f"SequenceClassifier has no attribute(s) {missing}: name the parts "
@@ -180,6 +198,7 @@ def _normalize(images: torch.Tensor, mnist) -> torch.Tensor:
 
 def check_init_loss(SequenceClassifier, images_to_rows, mnist, MEAN, STD) -> None:
     """A fresh model (another size) gives a loss within 0.1 of ln(10) on real digits."""
+    mnist = trusted_mnist()
     rows = _normalize(mnist.heldout_images[:300], mnist)
     labels = mnist.heldout_labels[:300]
     with torch.random.fork_rng():
@@ -200,17 +219,21 @@ def check_init_loss(SequenceClassifier, images_to_rows, mnist, MEAN, STD) -> Non
 def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, MEAN,
                   STD) -> None:
     """The learner's loop memorises 16 digits with a reference model, and vice versa."""
+    from course.probes import RepeatedBatch
     from course.standins import SequenceClassifier as Reference
+    from course.standins import train_one_epoch
 
+    mnist = trusted_mnist()
     rows = _normalize(mnist.train_images[-16:], mnist)
     labels = mnist.train_labels[-16:]
     with torch.random.fork_rng():
         torch.manual_seed(81)
-        reference = Reference(28, 10, 32, 4, 64, 1, 28)
-        before = copy.deepcopy(reference)
-        steps = 100
-        losses = call(overfit_one_batch, reference, rows, labels, steps=steps, lr=3e-3,
-                      name="overfit_one_batch(model, 16 digits, steps=100, lr=3e-3)")
+        before = Reference(28, 10, 32, 4, 64, 1, 28)
+    reference = twin(before, 28, 10, 32, 4, 64, 1, 28)
+    steps = 100
+    losses = call(in_kernel, seeded, 81, overfit_one_batch, reference, rows, labels,
+                  steps=steps, lr=3e-3,
+                  name="overfit_one_batch(model, 16 digits, steps=100, lr=3e-3)")
     if not isinstance(losses, list) or len(losses) != steps:
         raise CheckFailure(f"overfit_one_batch should return a list of {steps} losses (one per "
                            f"step), got {type(losses).__name__}"
@@ -224,25 +247,29 @@ def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, 
         raise CheckFailure(f"the first recorded loss is {losses[0]:.4f}, but the model's loss on "
                            f"the batch before training is {first:.4f}: record the "
                            "cross-entropy of the batch, computed before each step.")
-    if not losses[-1] < 0.05:
+    # The trained weights, judged here: the reference model loaded with them must fit the batch.
+    trained = copy.deepcopy(before)
+    with torch.no_grad():
+        trained.load_state_dict({k: v.detach() for k, v in reference.state_dict().items()})
+        final = float(F.cross_entropy(trained.train()(rows), labels))
+    if not (losses[-1] < 0.05 and final < 0.1):
         raise CheckFailure(
             f"after {steps} steps on the same 16 digits the loss is {losses[-1]:.3f} (first "
-            f"{losses[0]:.3f}); a working loop reaches < 0.05. Check that you call "
-            "optimizer.zero_grad() every step, loss.backward(), then optimizer.step(), with "
-            "Adam(model.parameters(), lr=lr).")
+            f"{losses[0]:.3f}; the returned weights give {final:.3f}); a working loop reaches "
+            "< 0.05. Check that you call optimizer.zero_grad() every step, loss.backward(), "
+            "then optimizer.step(), with Adam(model.parameters(), lr=lr).")
+    note_value_checked()
 
-    with torch.random.fork_rng():
-        torch.manual_seed(82)
-        model = _build(SequenceClassifier, 28, 10, 32, 4, 64, 1, 28)
-        model.train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-        for _ in range(steps):
-            loss = F.cross_entropy(call(model, rows, name="SequenceClassifier.forward"),
-                                   labels)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    final = loss.item()
+    # The learner's model, trained by the course's loop (in the kernel: it needs autograd).
+    model = _build(SequenceClassifier, 28, 10, 32, 4, 64, 1, 28, seed=82)
+    optimizer = in_kernel(torch.optim.Adam, model.parameters(), lr=3e-3)
+    call(in_kernel, train_one_epoch, model,
+         in_kernel(RepeatedBatch, rows, labels, steps), optimizer, max_grad_norm=None,
+         name="training SequenceClassifier with the course's loop")
+    model.train()
+    with torch.no_grad():
+        final = float(F.cross_entropy(call(model, rows, name="SequenceClassifier.forward"),
+                                      labels))
     if not final < 0.05:
         raise CheckFailure(
             f"your SequenceClassifier (d_model=32, 1 layer) trained by a reference loop for "

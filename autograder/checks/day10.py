@@ -9,26 +9,28 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
 from autograder.checks import CheckFailure, call, compare, rng
+from course.checking import observe, twin
+from course.probes import ActivationProbe, BrokenForward, GradientProbe, hook_count
 
 # ---------------------------------------------------------------------------- gradient_norms
 
 
 def _grad_model():
-    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2, bias=False))
-    model.extra = nn.Parameter(torch.zeros(5))           # never used: its .grad stays None
+    model = GradientProbe()                 # `extra` is never used: its .grad stays None
     g = rng(100)
-    for p in (model[0].weight, model[0].bias, model[2].weight):
-        p.grad = torch.randn(p.shape, generator=g) * 3
+    with torch.no_grad():
+        for p in (model.net[0].weight, model.net[0].bias, model.net[2].weight):
+            p.copy_(torch.randn(p.shape, generator=g))
+            p.grad = torch.randn(p.shape, generator=g) * 3
     return model
 
 
 def check_gradient_norms(gradient_norms) -> None:
     """Injected gradients; a parameter without a gradient is left out."""
     model = _grad_model()
-    out = call(gradient_norms, model, name="gradient_norms(model)")
+    out = call(gradient_norms, twin(model), name="gradient_norms(model)")
     if not isinstance(out, dict):
         raise CheckFailure(f"gradient_norms should return a dict, got {type(out).__name__}.")
     expected = {n: float(p.grad.norm()) for n, p in model.named_parameters()
@@ -59,33 +61,13 @@ def check_gradient_norms(gradient_norms) -> None:
 
 # -------------------------------------------------------------------------- activation_stats
 
-class _PairOut(nn.Module):
-    def forward(self, x):
-        return x * 2 + 1, x.argmax(-1)
-
-
-class _IntOut(nn.Module):
-    def forward(self, x):
-        return x.argmax(-1)
-
-
-class _Probe(nn.Module):
-    def __init__(self):
-        super().__init__()
-        g = rng(101)
-        self.proj = nn.Linear(6, 8)
-        with torch.no_grad():
-            self.proj.weight.copy_(torch.randn(8, 6, generator=g))
-            self.proj.bias.copy_(torch.randn(8, generator=g) + 2)
-        self.block = nn.Sequential(nn.ReLU(), nn.LayerNorm(8))
-        self.pair = _PairOut()
-        self.index = _IntOut()
-
-    def forward(self, x):
-        h = self.block(self.proj(x))
-        h, _ = self.pair(h)
-        self.index(h)
-        return h
+def _activation_probe() -> ActivationProbe:
+    model = ActivationProbe()
+    g = rng(101)
+    with torch.no_grad():
+        model.proj.weight.copy_(torch.randn(8, 6, generator=g))
+        model.proj.bias.copy_(torch.randn(8, generator=g) + 2)
+    return model
 
 
 def _reference_stats(model, x, unbiased=True):
@@ -102,9 +84,10 @@ def _reference_stats(model, x, unbiased=True):
 
 def check_activation_stats_values(activation_stats) -> None:
     """Names, means and stds of every submodule's output (tuple outputs: first element)."""
-    model = _Probe().eval()
+    model = _activation_probe().eval()
     x = torch.randn(5, 3, 6, generator=rng(102))
-    out = call(activation_stats, model, x, name="activation_stats(model, x of shape (5, 3, 6))")
+    out = call(activation_stats, twin(model), x,
+               name="activation_stats(model, x of shape (5, 3, 6))")
     if not isinstance(out, dict):
         raise CheckFailure(f"activation_stats should return a dict, got {type(out).__name__}.")
     expected = _reference_stats(model, x)
@@ -146,24 +129,12 @@ def check_activation_stats_values(activation_stats) -> None:
 
 
 def _hook_count(model) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-
-
-class _Broken(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(4, 4)
-        self.act = nn.GELU()
-
-    def forward(self, x):
-        h = self.act(self.proj(x))
-        raise ValueError("forward failed on purpose (testing that hooks are removed)")
-        return h  # noqa: B901 - unreachable on purpose
+    return observe(hook_count, model)
 
 
 def check_activation_stats_hooks(activation_stats) -> None:
     """No hook left behind after a normal call, nor after a forward pass that raises."""
-    model = _Probe()
+    model = twin(_activation_probe())
     before = _hook_count(model)
     call(activation_stats, model, torch.randn(2, 6, generator=rng(103)),
          name="activation_stats(model, x)")
@@ -173,7 +144,7 @@ def check_activation_stats_hooks(activation_stats) -> None:
             f"{left} forward hooks are still registered after activation_stats returned: "
             "keep the handles from register_forward_hook and call handle.remove() on each "
             "(in a finally: block). Hooks left behind keep running on every forward pass.")
-    broken = _Broken()
+    broken = twin(BrokenForward())
     try:
         activation_stats(broken, torch.randn(2, 4, generator=rng(104)))
     except ValueError:

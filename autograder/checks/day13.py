@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from autograder.checks import CheckFailure, call, expect_tensor, rng
+from course.checking import generator, in_kernel, note_value_checked, record, twin
+from course.probes import FixedLogits, Recorder, seeded
 from course.standins import TinyGPT as ReferenceTinyGPT
 
 DRAWS = 20_000
@@ -39,6 +40,7 @@ def check_tokenizer_roundtrip(CharTokenizer) -> None:
                                "in sorted order (sorted(set(text))) so the ids are the same on "
                                "every machine.")
         raise CheckFailure(f"encode('ZEBRA zebra\\n') gave {list(ids)}, expected {want}.")
+    note_value_checked()
     for s in ("", "\t~~", text):
         back = call(tok.decode, call(tok.encode, s, name="encode"), name="decode")
         if back != s:
@@ -64,7 +66,7 @@ def check_tokenizer_roundtrip(CharTokenizer) -> None:
 def check_get_batch_shift(get_batch) -> None:
     """data = arange(50): y == x + 1, consecutive windows, last window reachable, reproducible."""
     data = torch.arange(50)
-    out = call(get_batch, data, 7, 5, generator=rng(30), name="get_batch(arange(50), 7, 5)")
+    out = call(get_batch, data, 7, 5, generator=generator(30), name="get_batch(arange(50), 7, 5)")
     if not isinstance(out, tuple) or len(out) != 2:
         raise CheckFailure("get_batch should return a tuple (x, y).")
     x, y = out
@@ -86,21 +88,21 @@ def check_get_batch_shift(get_batch) -> None:
                            f"x[0] = {x[0].tolist()}, y[0] = {y[0].tolist()}.")
     # data of length block_size + 1: exactly one window exists.
     short = torch.arange(6)
-    x1, y1 = call(get_batch, short, 3, 5, generator=rng(31),
+    x1, y1 = call(get_batch, short, 3, 5, generator=generator(31),
                   name="get_batch(data of length block_size + 1, ...)")
     if not (torch.equal(x1, short[:5].expand(3, 5)) and torch.equal(y1, short[1:].expand(3, 5))):
         raise CheckFailure("with len(data) = block_size + 1 the only window starts at 0: draw "
                            "starts with torch.randint(len(data) - block_size, ...).")
     starts = set()
-    for seed in range(40):
-        xs, _ = call(get_batch, data, 16, 5, generator=rng(100 + seed), name="get_batch")
+    for seed in range(4):
+        xs, _ = call(get_batch, data, 160, 5, generator=generator(100 + seed), name="get_batch")
         starts.update(xs[:, 0].tolist())
     if max(starts) != 44 or min(starts) != 0:
         raise CheckFailure(f"starting points ranged over {min(starts)}..{max(starts)}; with 50 "
                            "tokens and block_size 5 they should cover 0..44 "
                            "(torch.randint(len(data) - block_size, ...)).")
-    a, _ = call(get_batch, data, 8, 5, generator=rng(32), name="get_batch")
-    b, _ = call(get_batch, data, 8, 5, generator=rng(32), name="get_batch")
+    a, _ = call(get_batch, data, 8, 5, generator=generator(32), name="get_batch")
+    b, _ = call(get_batch, data, 8, 5, generator=generator(32), name="get_batch")
     if not torch.equal(a, b):
         raise CheckFailure("two calls with generators of the same seed gave different batches: "
                            "pass generator=generator to torch.randint.")
@@ -109,34 +111,23 @@ def check_get_batch_shift(get_batch) -> None:
 # --------------------------------------------------------------------------- loss
 
 
-class _FixedLogits(nn.Module):
-    """Logits that depend on the input token only: logits[b, t] = table[idx[b, t]]."""
-
-    def __init__(self, table: torch.Tensor) -> None:
-        super().__init__()
-        self.table = nn.Parameter(table.clone())
-        self.n_ctx = 64
-        self.modes: list[bool] = []
-
-    def forward(self, idx):
-        self.modes.append(self.training)
-        return self.table[idx]
-
-
 def check_estimate_loss_values(estimate_loss, get_batch) -> None:
     """Known logits -> exact cross-entropy; fresh model ~ ln(V); eval mode; no gradients."""
     g = rng(33)
     vocab = 9
     table = torch.randn(vocab, vocab, generator=g)
-    model = _FixedLogits(table).train()
+    local = FixedLogits(vocab).train()
+    with torch.no_grad():
+        local.table.copy_(table)
+    model = twin(local)
     data = torch.randint(0, vocab, (300,), generator=g)
-    loss = call(estimate_loss, model, data, 6, 10, eval_iters=3, generator=rng(34),
+    loss = call(estimate_loss, model, data, 6, 10, eval_iters=3, generator=generator(34),
                 name="estimate_loss(model, data, 6, 10, eval_iters=3)")
     if not isinstance(loss, float):
         raise CheckFailure("estimate_loss should return a Python float, got "
                            f"{type(loss).__name__}.")
     # The same batches, drawn with the learner's get_batch and the same seed.
-    gen = rng(34)
+    gen = generator(34)
     losses, shifted_wrong = [], []
     for _ in range(3):
         x, y = get_batch(data, 6, 10, gen)
@@ -152,7 +143,9 @@ def check_estimate_loss_values(estimate_loss, get_batch) -> None:
         raise CheckFailure(f"estimate_loss returned {loss:.6f}, expected {expected:.6f} (mean "
                            f"cross-entropy of 3 batches drawn with get_batch and the given "
                            f"generator).{hint}")
-    if not model.modes or any(model.modes):
+    note_value_checked()
+    modes = record(model, "modes")
+    if not modes or any(modes):
         raise CheckFailure("the model ran in training mode: call model.eval() before measuring "
                            "(dropout and similar layers behave differently).")
     if not model.training:
@@ -165,8 +158,9 @@ def check_estimate_loss_values(estimate_loss, get_batch) -> None:
     fresh = ReferenceTinyGPT(65, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
     with torch.no_grad():
         fresh.head.weight.normal_(0.0, 0.02, generator=g)    # GPT-2's small output init
+    fresh = twin(fresh, 65, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
     text = torch.randint(0, 65, (2_000,), generator=g)
-    loss0 = call(estimate_loss, fresh, text, 8, 16, eval_iters=2, generator=rng(36),
+    loss0 = call(estimate_loss, fresh, text, 8, 16, eval_iters=2, generator=generator(36),
                  name="estimate_loss(fresh TinyGPT)")
     if abs(loss0 - math.log(65)) > 0.3:
         raise CheckFailure(f"a fresh model should score about ln(65) = 4.17, got {loss0:.3f}.")
@@ -193,6 +187,7 @@ def check_get_lr_schedule(get_lr) -> None:
     bad = [(s, g, w) for s, g, w in zip(steps, got, want, strict=True)
            if not isinstance(g, int | float) or abs(g - w) > 1e-9]
     if not bad:
+        note_value_checked()
         return
     s, g, w = bad[0]
     if all(abs(call(get_lr, t, *args) - args[0]) < 1e-12 for t in (0, 1, 3)):
@@ -216,11 +211,13 @@ def check_train_learns(train) -> None:
     """60 steps on a periodic toy corpus: history shape, and val loss far below ln(V)."""
     torch.manual_seed(37)
     vocab = 7
-    model = ReferenceTinyGPT(vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
+    local = ReferenceTinyGPT(vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
+    model = twin(local, vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
     pattern = torch.tensor([0, 3, 1, 4, 1, 5, 2, 6, 5, 3])
     data = pattern.repeat(60)
-    hist = call(train, model, data[:500], data[500:], steps=60, batch_size=8, block_size=16,
-                max_lr=1e-2, warmup_steps=5, eval_every=25, eval_iters=2, generator=rng(38),
+    hist = call(in_kernel, seeded, 37, train, model, data[:500], data[500:], steps=60,
+                batch_size=8, block_size=16, max_lr=1e-2, warmup_steps=5, eval_every=25,
+                eval_iters=2, generator=generator(38),
                 name="train(stand-in model, periodic data, steps=60, eval_every=25)")
     if not isinstance(hist, dict) or not {"step", "train_loss", "val_loss"} <= set(hist):
         raise CheckFailure("train should return a dict with lists 'step', 'train_loss' and "
@@ -232,11 +229,20 @@ def check_train_learns(train) -> None:
     vals = [float(v) for v in hist["val_loss"]]
     if len(vals) != 3 or not all(math.isfinite(v) for v in vals):
         raise CheckFailure(f"history['val_loss'] should hold 3 finite numbers, got {vals}.")
-    if vals[-1] > 0.5 * math.log(vocab):
+    # The trained weights, judged here: validation loss of the judge's own copy.
+    with torch.no_grad():
+        local.load_state_dict({k: v.detach() for k, v in model.state_dict().items()})
+        local.eval()
+        windows = data[500:].unfold(0, 17, 7)                          # (N, 17)
+        logits = local(windows[:, :16])                                # (N, 16, V)
+        measured = float(F.cross_entropy(logits.reshape(-1, vocab), windows[:, 1:].reshape(-1)))
+    if max(vals[-1], measured) > 0.5 * math.log(vocab):
         raise CheckFailure(f"after 60 steps on a periodic sequence the validation loss is "
-                           f"{vals[-1]:.3f} (ln({vocab}) = {math.log(vocab):.3f}): the model "
-                           "barely learns. Check the learning rate you set in every param group, "
-                           "zero_grad before backward, and that you step the optimiser.")
+                           f"{measured:.3f} (history says {vals[-1]:.3f}; ln({vocab}) = "
+                           f"{math.log(vocab):.3f}): the model barely learns. Check the learning "
+                           "rate you set in every param group, zero_grad before backward, and "
+                           "that you step the optimiser.")
+    note_value_checked()
 
 
 def check_training_result(history, vocab_size: int) -> None:
@@ -255,31 +261,18 @@ def check_training_result(history, vocab_size: int) -> None:
 # --------------------------------------------------------------------------- sampling
 
 
-class _Recorder(nn.Module):
-    """Next-token logits fixed; records every input it is given; refuses inputs > n_ctx."""
-
-    def __init__(self, logits: torch.Tensor, n_ctx: int = 8) -> None:
-        super().__init__()
-        self.register_buffer("logits", logits.double().reshape(-1))
-        self.n_ctx = n_ctx
-        self.inputs: list[torch.Tensor] = []
-
-    def forward(self, idx):
-        if idx.size(1) > self.n_ctx:
-            raise CheckFailure(
-                f"generate passed {idx.size(1)} tokens to a model with n_ctx = {self.n_ctx}: "
-                "crop the context to the last n_ctx tokens, idx[:, -model.n_ctx:], before "
-                "each forward pass.")
-        self.inputs.append(idx.clone())
-        b, n = idx.shape
-        return self.logits.to(torch.float32).expand(b, n, -1).clone()
+def _recorder(logits: torch.Tensor, n_ctx: int = 8):
+    """A :class:`Recorder` with next-token ``logits``, where the learner's code runs."""
+    local = Recorder(logits.numel(), n_ctx)
+    local.logits.copy_(logits.double().reshape(-1))
+    return twin(local)
 
 
 def _frequencies(generate, logits, seed, **kwargs) -> torch.Tensor:
-    model = _Recorder(logits)
+    model = _recorder(logits)
     idx = torch.zeros(DRAWS, 1, dtype=torch.long)
     label = ", ".join(f"{k}={v}" for k, v in kwargs.items())
-    out = call(generate, model, idx, 1, generator=rng(seed), **kwargs,
+    out = call(generate, model, idx, 1, generator=generator(seed), **kwargs,
                name=f"generate(model, idx of shape ({DRAWS}, 1), 1, {label})")
     expect_tensor(out, f"generate output ({label})", shape=(DRAWS, 2), dtype=torch.long)
     return torch.bincount(out[:, 1], minlength=logits.numel()).double() / DRAWS
@@ -292,17 +285,18 @@ def _fmt(t: torch.Tensor) -> str:
 def check_generate_crop(generate) -> None:
     """n_ctx = 5: every input <= 5 tokens and equal to the last 5 of the sequence so far."""
     g = rng(40)
-    model = _Recorder(torch.randn(6, generator=g), n_ctx=5)
+    model = _recorder(torch.randn(6, generator=g), n_ctx=5)
     idx = torch.tensor([[1, 2, 3], [4, 5, 0]])
-    out = call(generate, model, idx, 6, generator=rng(41),
+    out = call(generate, model, idx, 6, generator=generator(41),
                name="generate(model with n_ctx = 5, idx of shape (2, 3), 6)")
     expect_tensor(out, "generate output", shape=(2, 9), dtype=torch.long)
     if not torch.equal(out[:, :3], idx):
         raise CheckFailure("the output must start with the prompt idx unchanged.")
-    if len(model.inputs) != 6:
-        raise CheckFailure(f"generate called the model {len(model.inputs)} times for 6 new "
+    inputs = record(model, "inputs")
+    if len(inputs) != 6:
+        raise CheckFailure(f"generate called the model {len(inputs)} times for 6 new "
                            "tokens: call it once per new token.")
-    for step, seen in enumerate(model.inputs):
+    for step, seen in enumerate(inputs):
         length = 3 + step
         want = out[:, max(0, length - 5):length]
         if not torch.equal(seen, want):
@@ -333,7 +327,7 @@ def check_generate_temperature(generate) -> None:
         raise CheckFailure(f"at temperature {temperature} the frequencies over {DRAWS} draws "
                            f"were {_fmt(freq)}, expected {_fmt(want)} (±{TOL}): {hint}.")
     try:
-        generate(_Recorder(logits), torch.zeros(1, 1, dtype=torch.long), 1, temperature=0.0)
+        generate(_recorder(logits), torch.zeros(1, 1, dtype=torch.long), 1, temperature=0.0)
     except ValueError:
         return
     except Exception as exc:  # noqa: BLE001

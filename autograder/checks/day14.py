@@ -13,7 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from course.checking import in_kernel, note_value_checked, record, twin
 from course.device import check_runs_on_any_device
+from course.probes import CachedLM, LogitsOnly
 
 # --------------------------------------------------------------------------- RMSNorm
 
@@ -337,54 +339,21 @@ def check_modern_gpt_cache(ModernGPT) -> None:
     small = expect_module(ModernGPT, 11, d_model=16, num_heads=2, num_layers=1, max_len=8,
                           d_ff=24).eval()
     tokens = torch.randint(0, 11, (2, 6), generator=rng(57))
-    check_runs_on_any_device(_LogitsOnly(small), lambda: (tokens,), "ModernGPT")
-
-
-class _LogitsOnly(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, idx):
-        return self.model(idx)[0]
+    check_runs_on_any_device(in_kernel(LogitsOnly, small), lambda: (tokens,), "ModernGPT")
 
 
 # --------------------------------------------------------------------------- cached generation
 
 
-class _RefCachedLM(nn.Module):
-    """A one-block causal LM with a KV cache, built from PyTorch functions (no exercise code).
-
-    Records the length of every input it is fed, to see whether generation feeds one token
-    per step after the prompt.
-    """
-
-    def __init__(self, vocab: int = 13, d: int = 16, heads: int = 2, max_len: int = 64) -> None:
-        super().__init__()
-        g = rng(58)
-        self.vocab, self.d, self.heads = vocab, d, heads
-        self.emb = nn.Parameter(torch.randn(vocab, d, generator=g, dtype=torch.float64))
-        self.w_qkv = nn.Parameter(torch.randn(3 * d, d, generator=g, dtype=torch.float64) / 4)
-        self.w_out = nn.Parameter(torch.randn(vocab, d, generator=g, dtype=torch.float64))
-        self.n_ctx = max_len
-        self.fed: list[int] = []
-
-    def forward(self, idx, cache=None):
-        self.fed.append(idx.size(1))
-        b, t = idx.shape
-        x = self.emb[idx]                                            # (B, T, d)
-        q, k, v = (x @ self.w_qkv.T).split(self.d, 2)
-        q, k, v = (a.view(b, t, self.heads, -1).transpose(1, 2) for a in (q, k, v))
-        past = 0 if cache is None else cache[0].size(2)
-        pos = torch.arange(past, past + t)
-        q, k = _rope_reference(q, pos, 100.0), _rope_reference(k, pos, 100.0)
-        if cache is not None:
-            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
-        s = k.size(2)
-        mask = torch.ones(t, s, dtype=torch.bool).tril(diagonal=s - t)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        y = y.transpose(1, 2).reshape(b, t, self.d) + x
-        return y @ self.w_out.T, (k, v)
+def _cached_lm() -> CachedLM:
+    """A one-block causal LM with a KV cache (``course.probes.CachedLM``), weights from a seed."""
+    model = CachedLM(13, d_model=16, num_heads=2, n_ctx=64)
+    g = rng(58)
+    with torch.no_grad():
+        for p, scale in ((model.emb, 1.0), (model.freq, 0.5), (model.w_qkv, 0.25),
+                         (model.w_out, 1.0)):
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * scale)
+    return model
 
 
 def _greedy_recompute(model, idx, n):
@@ -397,16 +366,18 @@ def _greedy_recompute(model, idx, n):
 def check_generate_with_cache_matches(generate_with_cache) -> None:
     """Same tokens as greedy recomputation for 12 new tokens; one token per call after prefill."""
     prompt = torch.randint(0, 13, (3, 5), generator=rng(59))
+    local = _cached_lm()
     with torch.no_grad():
-        want = _greedy_recompute(_RefCachedLM(), prompt, 12)
-    model = _RefCachedLM()
+        want = _greedy_recompute(local, prompt, 12)
+    model = twin(local)
     with torch.no_grad():
         got = call(generate_with_cache, model, prompt, 12,
                    name="generate_with_cache(model, prompt of shape (3, 5), 12)")
     expect_tensor(got, "generated tokens", shape=(3, 17), dtype=torch.long)
-    fed_after = model.fed[1:]
-    if model.fed and model.fed[0] != 5:
-        raise CheckFailure(f"the first call fed {model.fed[0]} tokens: run the whole prompt "
+    fed = record(model, "fed")
+    fed_after = fed[1:]
+    if fed and fed[0] != 5:
+        raise CheckFailure(f"the first call fed {fed[0]} tokens: run the whole prompt "
                            "(5 tokens) once to fill the cache (prefill).")
     if any(n != 1 for n in fed_after):
         raise CheckFailure(f"after the prompt the model was fed {fed_after[:4]}... tokens per "
@@ -418,6 +389,7 @@ def check_generate_with_cache_matches(generate_with_cache) -> None:
                            f"position {first} on: got {got[0].tolist()}, expected "
                            f"{want[0].tolist()}. Take argmax of the last position's logits, pass "
                            "the returned cache to the next call.")
-    if len(model.fed) > 13:
-        raise CheckFailure(f"{len(model.fed)} model calls for 12 new tokens: one prefill and "
+    note_value_checked()
+    if len(fed) > 13:
+        raise CheckFailure(f"{len(fed)} model calls for 12 new tokens: one prefill and "
                            "at most one call per new token.")
