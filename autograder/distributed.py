@@ -1,6 +1,6 @@
 """``grade --dask-scheduler ADDRESS``: one Dask task per submission.
 
-The course's grading template (source notebooks, gradebook, hidden-module bundle) travels to
+The course's grading template (source notebooks, gradebook) travels to
 the workers once as a compressed archive; each task carries its submission's bytes and runs
 the same sandboxed grading as a local worker, in a fresh ``python -m autograder.distributed``
 process (a Dask worker is a daemon process and cannot own a process pool; a separate process

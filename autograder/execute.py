@@ -8,15 +8,15 @@
   and cell results at the source, and every IOPub message (whatever its type, also one the
   kernel sends straight on its socket) counts against ``max_output`` bytes, past which this
   preprocessor drops further output (errors still come through, trimmed);
-- before each hidden test cell, the kernel's grading guard (installed by the start-up script,
-  see ``autograder.kernel_startup.STARTUP``) undoes known cheats and reports them.
+- hidden test cells never run in the kernel: each is judged in this process
+  (``autograder.judge``), which asks the kernel only to run the learner's code on inputs it
+  chose and reads the results back as data.
 
 What happened is recorded in ``EVENTS`` (one notebook per process at a time).
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 from time import monotonic
@@ -26,7 +26,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Integer, Unicode
+from traitlets import Integer
 
 from autograder.kernel_manager import GradingKernelManager
 
@@ -39,7 +39,7 @@ KERNEL_CAP_NOTICE = "[output truncated: more than"
 def reset_events() -> None:
     EVENTS.clear()
     EVENTS.update(timeout=False, kernel_died=False, kernel_exit=None, output_truncated=False,
-                  tamper=[], guard=False, guard_memory=False, skipped=0, judged={}, review=[])
+                  tamper=[], skipped=0, judged={}, review=[])
 
 
 reset_events()
@@ -53,9 +53,6 @@ def _is_test_cell(cell: NotebookNode) -> bool:
 class GuardedExecute(Execute):
     notebook_timeout = Integer(600, help="seconds for the whole notebook").tag(config=True)
     max_output = Integer(2 * 1024 * 1024, help="bytes of output per notebook").tag(config=True)
-    use_guard = Integer(1, help="run the grading guard before test cells").tag(config=True)
-    judge_day = Unicode("", help="judge this day's hidden tests outside the kernel "
-                                 "(autograder.judge)").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", GradingKernelManager)
@@ -121,11 +118,9 @@ class GuardedExecute(Execute):
             self._stopped = (f"the notebook ran out of its {self.notebook_timeout} s "
                              "time budget before this cell")
             return self._stop_output(cell, self._stopped)
-        if self.judge_day and _is_test_cell(cell):
+        if _is_test_cell(cell):
             return await self._judge_cell(cell)
         try:
-            if self.use_guard and _is_test_cell(cell):
-                await self._run_guard()
             return await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)
         except CellTimeoutError as exc:
@@ -150,17 +145,16 @@ class GuardedExecute(Execute):
     # -- the judge -------------------------------------------------------------------
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
-        if self.judge_day:
-            # Connect the judge before any learner code runs: the connection then survives
-            # whatever the kernel later does to its socket files (and is never re-made).
-            from concurrent.futures import ThreadPoolExecutor
+        # Connect the judge before any learner code runs: the connection then survives
+        # whatever the kernel later does to its socket files (and is never re-made).
+        from concurrent.futures import ThreadPoolExecutor
 
-            self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._judge_pool,
-                                                                 self._connect_judge)
-            except Exception as exc:  # noqa: BLE001 - each judged test will say so
-                self._judge_error = f"{type(exc).__name__}: {exc}"
+        self._judge_pool = ThreadPoolExecutor(1, thread_name_prefix="judge")
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._judge_pool,
+                                                             self._connect_judge)
+        except Exception as exc:  # noqa: BLE001 - each judged test will say so
+            self._judge_error = f"{type(exc).__name__}: {exc}"
         return kc
 
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
@@ -271,44 +265,6 @@ class GuardedExecute(Execute):
             pass
         return None
 
-    async def _run_guard(self) -> None:
-        from autograder.kernel_startup import GUARD_EXPR
-
-        assert self.kc is not None
-        msg_id = self.kc.execute("", silent=True, store_history=False,
-                                 user_expressions={"g": GUARD_EXPR})
-        if asyncio.iscoroutine(msg_id):
-            msg_id = await msg_id
-        deadline = monotonic() + 30
-        while monotonic() < deadline:
-            try:
-                msg = await self.kc.shell_channel.get_msg(timeout=max(0.1, deadline -
-                                                                       monotonic()))
-            except Exception:  # noqa: BLE001 - Empty; checked below
-                await self._async_check_alive()
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            res = msg["content"].get("user_expressions", {}).get("g", {})
-            if res.get("status") != "ok" and res.get("ename") == "MemoryError":
-                EVENTS["guard_memory"] = True  # out of memory, not tampering
-                return
-            if res.get("status") != "ok":
-                EVENTS["tamper"].append("the grading guard was removed or broken: "
-                                        + str(res.get("ename", "")))
-                return
-            EVENTS["guard"] = True
-            try:
-                found = ast.literal_eval(res["data"]["text/plain"])
-            except (ValueError, SyntaxError, KeyError):
-                found = ["the grading guard returned something unexpected"]
-            for f in found:
-                if f not in EVENTS["tamper"]:
-                    EVENTS["tamper"].append(f)
-            return
-        EVENTS["tamper"].append("the grading guard did not answer")
-
-    # -- outputs ---------------------------------------------------------------------
     def process_message(self, msg, cell, cell_index):
         """Every IOPub message counts against ``max_output``, whatever its type (stream,
         display, update_display_data, comm, error...), measured as its JSON size. Past the

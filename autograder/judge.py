@@ -1,6 +1,6 @@
 """The judge: runs a hidden test cell's check in the grading process, never in the kernel.
 
-A judged day's hidden test cells all have one shape::
+Every hidden test cell has one shape::
 
     ### BEGIN HIDDEN TESTS
     from autograder.checks import day03 as hidden
@@ -115,16 +115,6 @@ def parse_hidden_cell(source: str) -> HiddenCall:
     return HiddenCall(alias_to_module[call.func.value.id], call.func.attr,
                       [_arg(a) for a in call.args],
                       {k.arg: _arg(k.value) for k in call.keywords if k.arg})
-
-
-# Days whose hidden tests the judge runs: all of them. (A day is listed here once its checks
-# hand the learner's code only values, proxies and objects made in the kernel.)
-JUDGED_DAYS = tuple(f"day{n:02d}" for n in range(1, 15))
-
-
-def is_judged(day: str) -> bool:
-    """Whether ``day``'s hidden tests run in the judge rather than in the kernel."""
-    return day[:5] in JUDGED_DAYS
 
 
 def run(call: HiddenCall, conn) -> Verdict:

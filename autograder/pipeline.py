@@ -78,13 +78,10 @@ def sandbox_mode(sandbox: bool | str) -> bool:
 
 def prepare_template(root: Path, days: list[str], template: Path) -> None:
     """A course folder holding only what grading needs: source/, release/, the gradebook with
-    the days' test cells, and the bundle of hidden grading modules."""
-    from autograder.kernel_startup import hidden_bundle
-
+    the days' test cells. (The hidden grading library stays in this process: the judge.)"""
     shutil.copytree(root / "source", template / "source",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     generate(template, days, template / "gradebook.db", solutions=False)
-    hidden_bundle(root, template / "hidden.json")
 
 
 def template_cache(root: Path, days: list[str]) -> Path:

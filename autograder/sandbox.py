@@ -88,7 +88,6 @@ class Spec:
     startup: str = ""                 # the IPython start-up script, bound read-only
     hide: list[str] = field(default_factory=list)      # folders covered with an empty tmpfs
     ro_bind: list[list[str]] = field(default_factory=list)  # [host path, path in sandbox]
-    bundle: str | None = None         # the hidden grading modules (JSON), passed as an fd
     env: dict = field(default_factory=dict)            # the kernel's whole environment
     cgroup_parent: str | None = None
 
@@ -268,10 +267,6 @@ def _run_sandboxed(spec: Spec, cmd: list[str], private: Path) -> None:
     conn = _kernel_connection(cmd[i + 1], private)
     cmd = [*cmd[:i + 1], f"{INNER_KERNEL}/connection.json", *cmd[i + 2:]]
     spec.ro_bind = [*spec.ro_bind, [str(conn), f"{INNER_KERNEL}/connection.json"]]
-    if spec.bundle:
-        fd = os.open(spec.bundle, os.O_RDONLY)
-        os.set_inheritable(fd, True)
-        spec.env = {**spec.env, "TFS_HIDDEN_FD": str(fd)}
     as_root = os.geteuid() == 0
     r, w = os.pipe()
     os.set_inheritable(w, True)
@@ -333,10 +328,6 @@ def main(argv: list[str] | None = None) -> None:
     if spec.sandbox:
         _run_sandboxed(spec, cmd, private)
     env = dict(spec.env)
-    if spec.bundle:
-        fd = os.open(spec.bundle, os.O_RDONLY)
-        os.set_inheritable(fd, True)
-        env["TFS_HIDDEN_FD"] = str(fd)
     _apply_rlimits({**spec.limits, "processes": None})  # NPROC would count the learner's own
     os.chdir(env.get("HOME", spec.private))
     os.execve(cmd[0], cmd, env)

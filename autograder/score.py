@@ -154,8 +154,6 @@ def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                 text = f"{out.get('ename', '')}: {out.get('evalue', '')}"
                 if any(w in text.lower() for w in mem_words):
                     mem.append(text[:200])
-    if events.get("guard_memory"):
-        mem.append("MemoryError while the grading guard ran")
     if (events.get("exit") or {}).get("oom"):
         mem.append("the kernel's cgroup reached its memory ceiling")
     notes = []

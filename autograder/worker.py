@@ -4,7 +4,7 @@ A worker process sets up a private copy of the grading template once (:func:`_wo
 then :func:`grade_one` grades each submission sent to it: checks the file, writes it where
 nbgrader expects it, starts the kernel through the sandbox launcher with a fresh private
 folder, runs nbgrader's autograde with :class:`autograder.execute.GuardedExecute` (which
-judges the hidden tests of judged days itself), and scores the outcome.
+judges the hidden tests itself, outside the kernel), and scores the outcome.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ def grade_one(job: dict) -> dict:
     from nbgrader.converters import Autograde
 
     from autograder import execute, kernel_files, sandbox
-    from autograder.judge import is_judged
 
     t0 = time.monotonic()
     student, day, nb_path = job["student"], job["day"], job["path"]
@@ -162,14 +161,11 @@ def grade_one(job: dict) -> dict:
     kenv["NBGRADER_EXECUTION"] = "autograde"
     hide = [str(_WORKER["course_root"]), str(_WORKER["base"]), str(Path.home()),
             *settings.get("hide", [])]
-    bundle = None
     if sandboxed:
         ro.append([str(Path(_WORKER["course_root"]) / "course"), f"{sandbox.INNER_LIB}/course"])
         binds, data_env = kernel_files.dataset_binds()
         ro += binds
         kenv.update(data_env)
-        if not is_judged(day):  # a judged day's checks never enter the kernel
-            bundle = str(_WORKER["template"] / "hidden.json")
         os.environ["TFS_KERNEL_PRIVATE"] = str(private)
     else:
         kenv["PYTHONPATH"] = str(_WORKER["course_root"])
@@ -178,7 +174,7 @@ def grade_one(job: dict) -> dict:
     spec = sandbox.Spec(sandbox=sandboxed, limits=settings["limits"], private=str(private),
                         startup=str(private / "ipython/profile_default/startup"
                                     / sandbox.STARTUP_NAME),
-                        hide=hide, ro_bind=ro, bundle=bundle, env=kenv,
+                        hide=hide, ro_bind=ro, env=kenv,
                         cgroup_parent=settings.get("cgroup_parent"))
     spec_path = private / "spec.json"
     spec_path.write_text(json.dumps(spec.__dict__))
@@ -193,8 +189,6 @@ def grade_one(job: dict) -> dict:
     config.GuardedExecute.timeout = lim["cell_timeout"]
     config.GuardedExecute.notebook_timeout = lim["notebook_timeout"]
     config.GuardedExecute.max_output = lim["output"]
-    config.GuardedExecute.use_guard = 1 if settings.get("tamper", True) else 0
-    config.GuardedExecute.judge_day = day if is_judged(day) else ""
     config.GuardedExecute.kernel_name = "tfs-graded"
     config.GuardedExecute.startup_timeout = 120
     config.GuardedExecute.interrupt_on_timeout = True
@@ -248,20 +242,16 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     graded = nbformat.reads(text, as_version=4)
     tests = score_notebook(source_nb, graded)
     events = dict(execute.EVENTS)
-    judged = bool(events.get("judged"))
-    review = []
-    if judged:
-        from autograder.judge import static_review
+    from autograder.judge import static_review
 
-        tests = _gate(tests, events["judged"])
-        # Judged outside the kernel, a tampered kernel cannot earn a value check: what the
-        # static scans find is for the instructor's eyes, not a reason to withhold points.
-        forbidden = sorted({f for v in events["judged"].values() if v["passed"]
-                            for f in v["forbidden"]})
-        review = [f"review: {f}" for f in static + static_review(own_code, forbidden)]
-        static = []
+    judged = events.get("judged") or {}
+    tests = _gate(tests, judged)
+    # Judged outside the kernel, a tampered kernel cannot earn a value check: what the static
+    # scans find is for the instructor's eyes, not a reason to withhold points.
+    forbidden = sorted({f for v in judged.values() if v["passed"] for f in v["forbidden"]})
+    review = [f"review: {f}" for f in static + static_review(own_code, forbidden)]
     score = sum(t.points for t in tests)
-    events["tamper"] = static + list(events.get("tamper", []))
+    events["tamper"] = list(events.get("tamper", []))
     try:
         events["exit"] = json.loads(kernel_files.read_capped(private / "exit.json", 4096) or b"{}")
     except ValueError:
@@ -269,9 +259,6 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
     flags += dup_flags + review
     detail = "; ".join(flags[:5])
-    if settings.get("tamper", True) and not events.get("guard") and not judged and any(
-            True for _ in graded_cells(source_nb)) and status == "graded" and sandboxed:
-        flags.append("the grading guard never ran")
     return done(status, score, tests, detail, flags, text)
 
 

@@ -156,11 +156,8 @@ def test_limits_are_reported(batch):
 
 
 def test_known_cheats_earn_no_more_than_the_honest_mutant(batch, root):
-    """Each cheat sits beside a mutant's wrong answer. Day 3 is judged outside the kernel:
-    does each cheat earn exactly what the mutant earns alone, flagged for review?"""
-    from autograder.judge import is_judged
-
-    assert is_judged(S.DAY)
+    """Each cheat sits beside a mutant's wrong answer. Hidden tests are judged outside the
+    kernel: does each cheat earn exactly what the mutant earns alone, flagged for review?"""
     honest = batch["by"]["mutant-alone"]
     assert honest.score < batch["full"]
     for name in S.CHEATS:
@@ -231,9 +228,8 @@ def _nb_with_error(ename, evalue):
      "terminate called after throwing an instance of 'std::bad_alloc'", "memory-limit"),
     ({"kernel_died": True, "kernel_exit": 1}, _nb_with_error("ValueError", "x"), "",
      "kernel-died"),
-    # the guard failing with MemoryError is the memory limit, not tampering
-    ({"guard_memory": True, "tamper": []}, _nb_with_error("ValueError", "x"), "",
-     "memory-limit"),
+    # the cgroup reached its memory ceiling: the memory limit, whatever the cells say
+    ({"exit": {"oom": True}}, _nb_with_error("ValueError", "x"), "", "memory-limit"),
     ({"timeout": True}, _nb_with_error("ValueError", "x"), "", "timeout"),
     # out of memory, the kernel can no longer answer the judge before the cell's time runs out
     ({"timeout": True}, _nb_with_error("MemoryError", ""), "", "memory-limit"),

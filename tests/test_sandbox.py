@@ -6,7 +6,6 @@ to another student's submission; each attempt prints ESCAPED or BLOCKED.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -171,12 +170,15 @@ def test_bwrap_command_hides_and_binds(tmp_path):
     assert "--clearenv" in argv
 
 
-def test_hidden_bundle_holds_the_checks_only(root, tmp_path):
-    """Does the bundle carry autograder.checks modules and nothing from solutions or source?"""
-    path = kernel_startup.hidden_bundle(root, tmp_path / "b.json")
-    data = json.loads(path.read_text())
-    assert "autograder.checks" in data and f"autograder.checks.{S.DAY[:5]}" in data
-    assert all(k == "autograder" or k.startswith("autograder.checks") for k in data)
+def test_nothing_of_the_grading_library_reaches_the_kernel(root, tmp_path):
+    """The kernel's start-up script carries no grading code, and the grading template holds
+    no bundle of hidden modules: the hidden tests are judged outside the kernel."""
+    assert "autograder" not in kernel_startup.STARTUP.replace("# autograder start-up", "")
+    assert "import" not in kernel_startup.STARTUP.split("import os, sys", 1)[1]
+    template = tmp_path / "template"
+    pipeline.prepare_template(root, [S.DAY], template)
+    files = [p for p in template.rglob("*") if p.is_file()]
+    assert files and not [p for p in files if p.suffix == ".py" or b"def check_" in p.read_bytes()]
 
 
 def test_folders_made_for_binds_are_read_only(tmp_path):
