@@ -25,7 +25,8 @@ from torch import nn
 from course.checking import CheckFailure
 
 __all__ = ["ActivationProbe", "BrokenForward", "CachedLM", "DropoutProbe", "FixedLogits",
-           "RepeatedBatch", "hook_count", "seeded", "seeded_generator", "step_schedule",
+           "RepeatedBatch", "hook_count", "predict", "seeded", "seeded_generator",
+           "step_schedule",
            "GradientProbe", "LogitsOnly", "Probe", "Recorder", "TrainingProbe"]
 
 
@@ -261,3 +262,14 @@ def hook_count(model: nn.Module) -> int:
 def seeded_generator(seed: int) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded with ``seed``."""
     return torch.Generator().manual_seed(seed)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``model(x)`` on the model's device, without gradients; the output back on the CPU.
+
+    ``x`` is moved to the device of the model's first parameter (the CPU if it has none).
+    """
+    param = next(iter(model.parameters()), None)
+    out = model(x.to(param.device) if param is not None else x)
+    return out.cpu() if isinstance(out, torch.Tensor) else out

@@ -152,3 +152,112 @@ def test_reads_find_no_hidden_material(attacked):
 def test_reference_is_paid_in_full_beside_the_attacks(attacked):
     r = attacked["by"]["reference"]
     assert (r.status, r.score) == ("graded", attacked["full"]), r
+
+
+# ---------------------------------------------------------------------------------------------
+# Days whose checks hand the learner's code objects (probe models, optimizers, generators) and
+# judge trained models: each attack sits right before the hidden test it targets, in a blank
+# notebook, so that the stub cells above cannot undo it.
+
+LATER = {
+    # Day 13: a forged training history (the check used to read only the history)
+    ("day13_training_tinygpt", "day13_training_result"): {
+        "forged-history": ("history = {'step': [150], 'train_loss': [1.0], 'val_loss': [1.0]}\n"
+                           "class _Tok:\n    vocab_size = 65\ntok = _Tok()"),
+    },
+    # Day 13: a generate that crops honestly but samples nothing: the crop check only observes
+    # the probe's records, so it must not be paid while the sampling value checks fail
+    ("day13_training_tinygpt", "day13_generate_crop"): {
+        "crop-only-generate": r'''
+import torch
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+             generator=None):
+    if temperature <= 0:
+        raise ValueError("temperature must be > 0")
+    for _ in range(max_new_tokens):
+        model(idx[:, -model.n_ctx:])
+        idx = torch.cat([idx, torch.zeros(len(idx), 1, dtype=torch.long)], 1)
+    return idx
+''',
+    },
+    # Day 9: the probes the judge makes in the kernel, patched to report a training that
+    # never happened; and a "model" that looks up the exact held-out images
+    ("day09_training_loop", "day09_schedule_values"): {
+        "patched-probes": r'''
+import course.probes as _p, torch
+_p.step_schedule = lambda optimizer, scheduler, steps: [0.5] * steps
+_p.TrainingProbe.forward = lambda self, x: (self.modes.append(True),
+                                            self.linear(torch.tanh(x)))[1]
+torch.nn.Module.load_state_dict = lambda self, *a, **k: None
+def warmup_cosine_schedule(optimizer, warmup_steps, total_steps):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+''',
+    },
+    ("day09_training_loop", "day09_heldout_accuracy"): {
+        "heldout-lookup": r'''
+import hashlib, torch
+class _Lookup(torch.nn.Module):
+    """Remembers the exact held-out images the notebook holds."""
+    def __init__(self, rows, labels):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.table = {hashlib.sha1(r.float().numpy().tobytes()).hexdigest(): int(y)
+                      for r, y in zip(rows, labels)}
+    def forward(self, x):
+        out = torch.zeros(len(x), 10)
+        for i, r in enumerate(x):
+            y = self.table.get(hashlib.sha1(r.float().numpy().tobytes()).hexdigest())
+            if y is not None:
+                out[i, y] = 10.0
+        return out
+from course.data import load_mnist
+_m = load_mnist()
+_train = _m.train_images.float() / 255
+heldout_rows = (_m.heldout_images.float() / 255 - _train.mean()) / _train.std()
+model = _Lookup(heldout_rows, _m.heldout_labels)
+''',
+    },
+}
+
+
+def _before_test(nb, gid: str, code: str):
+    nb = nbformat.from_dict(nb)
+    i = next(i for i, c in enumerate(nb.cells) if S.grade_id(c) == gid)
+    nb.cells.insert(i, nbformat.v4.new_code_cell(code))
+    return nb
+
+
+@pytest.fixture(scope="module")
+def attacked_later(root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("judge-attacks-later")
+    subs = tmp / "submitted"
+    days = sorted({day for day, _ in LATER})
+    for (day, gid), attacks in LATER.items():
+        for name, code in attacks.items():
+            S.put(subs, name, _before_test(S.release(root, day), gid, code), day=day)
+    for day in days:
+        S.put(subs, "reference", S.reference(root, day), day=day)
+    results = pipeline.grade(root, subs, days=days, jobs=2, results_dir=tmp / "out",
+                             sandbox="auto", limits=Limits(memory=3 * GiB, cell_timeout=120,
+                                                           notebook_timeout=300))
+    return {"by": {(r.student, r.day): r for r in results},
+            "full": {day: pipeline.max_score(root, day) for day in days}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("day, gid, attack", [(d, g, a) for (d, g), attacks in LATER.items()
+                                              for a in attacks])
+def test_later_attack_earns_nothing(attacked_later, day, gid, attack):
+    """Does a blank notebook plus this attack earn 0 points, the targeted test included?"""
+    r = attacked_later["by"][(attack, day)]
+    assert r.status == "graded", r
+    assert r.score == 0, [(t.grade_id, t.points, t.message[:80]) for t in r.tests]
+    target = next(t for t in r.tests if t.grade_id == gid)
+    assert target.points == 0 and target.message, target
+
+
+@pytest.mark.slow
+def test_later_references_are_paid_in_full(attacked_later):
+    for day, full in attacked_later["full"].items():
+        r = attacked_later["by"][("reference", day)]
+        assert (r.status, r.score) == ("graded", full), r

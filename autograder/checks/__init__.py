@@ -36,6 +36,7 @@ __all__ = [
     "expect_tensor",
     "rng",
     "trusted_mnist",
+    "trusted_tinyshakespeare",
 ]
 
 
@@ -49,6 +50,15 @@ def trusted_mnist():
     from course.data import load_mnist
 
     return load_mnist()
+
+
+@functools.cache
+def trusted_tinyshakespeare() -> str:
+    """Tiny Shakespeare, read here from the course's verified dataset file (see
+    ``trusted_mnist``: the notebook's ``text`` is the kernel's word)."""
+    from course.data import load_tinyshakespeare
+
+    return load_tinyshakespeare()
 
 
 def rng(seed: int) -> torch.Generator:

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checks import CheckFailure, call, compare, rng, trusted_mnist
+from autograder.checks import CheckFailure, call, compare, expect_tensor, rng, trusted_mnist
 from course.checking import in_kernel, note_value_checked, record, twin
-from course.probes import DropoutProbe, TrainingProbe, step_schedule
+from course.probes import DropoutProbe, TrainingProbe, predict, step_schedule
 
 # --------------------------------------------------------------------------------- schedule
 
@@ -237,14 +237,13 @@ def check_heldout_accuracy(model, heldout_rows, heldout_labels, threshold: float
     heldout_labels = mnist.heldout_labels
     if not isinstance(model, nn.Module):
         raise CheckFailure(f"`model` should be the trained nn.Module, got {type(model)}.")
-    device = next(iter(model.parameters())).device
     model.eval()
     correct = 0
-    with torch.no_grad():
-        for start in range(0, len(heldout_rows), 500):
-            x = heldout_rows[start:start + 500].to(device)
-            logits = call(model, x, name="model(held-out digits)")
-            correct += int((logits.argmax(-1).cpu() == heldout_labels[start:start + 500]).sum())
+    for start in range(0, len(heldout_rows), 500):
+        x = heldout_rows[start:start + 500]
+        logits = call(in_kernel, predict, model, x, name="model(held-out digits)")
+        expect_tensor(logits, "model(held-out digits)", shape=(len(x), 10))
+        correct += int((logits.argmax(-1) == heldout_labels[start:start + 500]).sum())
     accuracy = correct / len(heldout_rows)
     if accuracy >= threshold:
         note_value_checked()

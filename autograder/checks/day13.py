@@ -12,9 +12,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, expect_tensor, rng
+from autograder.checks import CheckFailure, call, expect_tensor, rng, trusted_tinyshakespeare
 from course.checking import generator, in_kernel, note_value_checked, record, twin
-from course.probes import FixedLogits, Recorder, seeded
+from course.probes import FixedLogits, Recorder, predict, seeded
 from course.standins import TinyGPT as ReferenceTinyGPT
 
 DRAWS = 20_000
@@ -245,17 +245,42 @@ def check_train_learns(train) -> None:
     note_value_checked()
 
 
-def check_training_result(history, vocab_size: int) -> None:
-    """The notebook's run: finite losses, final validation loss below 3.2 (ln 65 = 4.17)."""
+def check_training_result(history, model) -> None:
+    """The notebook's trained model, scored here: validation loss below 3.2 (ln 65 = 4.17).
+
+    The loss is measured by the judge on windows of its own copy of Tiny Shakespeare's
+    validation split (the last 10%, characters numbered in sorted order); only the model's
+    logits come from the kernel. The notebook's history is read for the message only.
+    """
     if not isinstance(history, dict) or "val_loss" not in history or not history["val_loss"]:
         raise CheckFailure("the training cell produced no history['val_loss'].")
     vals = [float(v) for v in history["val_loss"]]
     if not all(math.isfinite(v) for v in vals):
         raise CheckFailure(f"the validation losses contain NaN or inf: {vals}.")
+    text = trusted_tinyshakespeare()
+    chars = sorted(set(text))
+    val = text[int(0.9 * len(text)):]
+    vocab, block = len(chars), 64
+    if not isinstance(model, torch.nn.Module):
+        raise CheckFailure(f"`model` should be the trained TinyGPT, got {type(model)}.")
+    n_ctx = getattr(model, "n_ctx", block)
+    block = min(block, n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else block
+    starts = torch.randint(0, len(val) - block - 1, (16,), generator=rng(39))
+    ids = torch.tensor([[chars.index(c) for c in val[s:s + block + 1]] for s in starts.tolist()])
+    was_training = bool(model.training)
+    model.eval()
+    logits = call(in_kernel, predict, model, ids[:, :-1],
+                  name="model(validation windows of 64 characters)")
+    model.train(was_training)
+    expect_tensor(logits, "logits of the validation windows", shape=(16, block, vocab))
+    loss = float(F.cross_entropy(logits.reshape(-1, vocab).double(), ids[:, 1:].reshape(-1)))
     limit = 3.2
-    if vals[-1] > limit:
-        raise CheckFailure(f"the final validation loss is {vals[-1]:.3f}, not well below "
-                           f"ln({vocab_size}) = {math.log(vocab_size):.2f} (limit {limit}).")
+    if not loss <= limit:
+        raise CheckFailure(f"the trained model's validation loss, measured on 16 windows of "
+                           f"the validation text, is {loss:.3f} (the notebook's history says "
+                           f"{vals[-1]:.3f}): not well below ln({vocab}) = "
+                           f"{math.log(vocab):.2f} (limit {limit}).")
+    note_value_checked()
 
 
 # --------------------------------------------------------------------------- sampling
