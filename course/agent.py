@@ -63,17 +63,16 @@ MAKEABLE = {"torch._C.Generator": "torch.Generator"}
 def _makeable(path: str) -> Any:
     path = MAKEABLE.get(path, path)
     module, _, name = path.rpartition(".")
-    if not (module in MAKEABLE_MODULES or module.startswith(tuple(
-            m + "." for m in MAKEABLE_MODULES)) or path in MAKEABLE.values()):
+    allowed = path in MAKEABLE.values() or module in MAKEABLE_MODULES or module.startswith(
+        tuple(m + "." for m in MAKEABLE_MODULES))
+    if not allowed or any(part.startswith("_") for part in path.split(".")):
         raise PermissionError(f"the judge may not make {path!r}")
     import importlib
 
-    obj = importlib.import_module(module)
-    for part in name.split("."):
-        if part.startswith("_"):
-            raise PermissionError(f"the judge may not make {path!r}")
-        obj = getattr(obj, part)
-    return obj
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise PermissionError(f"the judge may not make {path!r}: {exc}") from None
 
 
 def _resolve(obj: Any) -> Any:

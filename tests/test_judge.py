@@ -145,3 +145,43 @@ def test_static_review_flags_the_builtin_not_the_learner_function():
              "from torch.nn.functional import softmax as sm\n"]
     found = judge.static_review(cheat, ["torch.softmax", "torch.Tensor.softmax"])
     assert len(found) == 3, found
+
+
+def test_twin_and_in_kernel_make_the_checks_objects_where_the_learner_code_runs():
+    """A probe made in the kernel carries the judge's weights, gradients and mode; an
+    optimizer made over its parameters steps the kernel's copy, not the judge's."""
+    from course import checking, probes
+
+    conn = _conn({})
+    checking.KERNEL_MAKE = conn.make
+    try:
+        local = probes.TrainingProbe(seed=3).eval()
+        with torch.no_grad():
+            local.linear.weight.mul_(2.0)
+        local.linear.bias.grad = torch.ones(3, dtype=torch.float64)
+        model = checking.twin(local)
+        assert type(model) is remote.Proxy and isinstance(model, torch.nn.Module)
+        kernel_obj = next(o for o in agent._objects.values()
+                          if isinstance(o, probes.TrainingProbe))
+        assert kernel_obj is not local and not kernel_obj.training
+        assert torch.equal(kernel_obj.linear.weight, local.linear.weight)
+        assert torch.equal(kernel_obj.linear.bias.grad, local.linear.bias.grad)
+        opt = checking.in_kernel(torch.optim.SGD, model.parameters(), lr=0.5)
+        opt.step()
+        assert torch.equal(kernel_obj.linear.bias, local.linear.bias - 0.5)
+        g = checking.generator(7)
+        assert torch.equal(torch.randint(10, (5,), generator=agent._objects[g._ref.id]),
+                           torch.randint(10, (5,), generator=torch.Generator().manual_seed(7)))
+    finally:
+        checking.KERNEL_MAKE = None
+
+
+@pytest.mark.parametrize("path", ["os.system", "builtins.eval", "subprocess.run",
+                                  "course.probes._PairOut", "course.agent.handle",
+                                  "torch.nn.Module.__subclasses__", "torch.load"])
+def test_the_kernel_makes_only_public_course_and_torch_objects(path):
+    """Is a request to make anything else refused (a PermissionError, sent back as data)?"""
+    conn = _conn({})
+    with pytest.raises(Exception) as info:
+        conn.request({"op": "make", "path": path})
+    assert "may not make" in str(info.value)
