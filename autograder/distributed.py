@@ -28,7 +28,7 @@ _CACHE: dict[str, Path] = {}
 def pack_template(template: Path) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in ("source", "release", "gradebook.db", "hidden.json"):
+        for name in ("source", "release", "gradebook.db"):
             if (template / name).exists():
                 tar.add(template / name, arcname=name)
     return buf.getvalue()

@@ -103,3 +103,22 @@ def test_grading_a_mixed_batch(root, tmp_path):
     rows = list(csv.DictReader(open(out / "grades.csv")))
     assert {r["student_id"] for r in rows} == set(by)
     assert all(float(r["max_total"]) == full for r in rows)
+
+
+def test_grading_template_is_made_once_per_course_version(root, tmp_path, monkeypatch):
+    """Is the generated template reused (a self-check must not pay nbgrader's generate step
+    again), and made anew when the course changes?"""
+    monkeypatch.setenv("TFS_GRADING_CACHE", str(tmp_path / "cache"))
+    made = []
+    real = pipeline.prepare_template
+
+    def counting(*args, **kwargs):
+        made.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "prepare_template", counting)
+    day = "day02_queries_keys_values"
+    first = pipeline.template_cache(root, [day])
+    assert pipeline.template_cache(root, [day]) == first and len(made) == 1
+    monkeypatch.setattr(pipeline, "course_fingerprint", lambda r, d: "another version")
+    assert pipeline.template_cache(root, [day]) != first and len(made) == 2
