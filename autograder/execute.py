@@ -162,6 +162,8 @@ class GuardedExecute(Execute):
     def _connect_judge(self) -> None:
         self._judge_client = self._make_judge_client()
         self._judge_client.kernel_info(reply=True, timeout=60)  # the connection is made
+        # Then, in the judge's thread while the kernel runs the first cells: one-off imports.
+        self._judge_pool.submit(_warm_up_judge)
 
     async def _judge_cell(self, cell: NotebookNode) -> NotebookNode:
         """Judge a hidden test cell in this (trusted) process; the kernel only answers the
@@ -300,6 +302,12 @@ class GuardedExecute(Execute):
                 KERNEL_CAP_NOTICE in out.get("text", ""):
             EVENTS["output_truncated"] = True  # the kernel's start-up cap dropped output
         return out
+
+
+def _warm_up_judge() -> None:
+    from autograder.judge import warm_up  # imports torch: off the notebook's critical path
+
+    warm_up()
 
 
 def _msg_size(msg: dict) -> int:
