@@ -259,12 +259,80 @@ def assert_close(
     diff = (a - e).abs()
     worst = int(diff.argmax())
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), a.shape))
+    where = localise(a, e, rtol=rtol, atol=atol)
     raise CheckFailure(
         f"{name} differs from the expected values (rtol={rtol}, atol={atol}): "
         f"max abs difference {float(diff.max()):.3g} at index {idx} "
         f"(got {float(a[idx]):.6g}, expected {float(e[idx]):.6g})."
+        + (f"\nWhere: {where}." if where else "")
         + (f"\nHint: {hint}" if hint else "")
     )
+
+
+def localise(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5,
+             atol: float = 1e-6) -> str:
+    """Where and how ``actual`` differs from ``expected``, for mistakes no catalogue lists.
+
+    Tried in order: the last two dimensions swapped, the same values in another arrangement
+    (a ``view`` where a ``transpose`` was needed), a sign flip, one factor or one offset for
+    every value, a shift by one index along a dimension (an off-by-one), and differences
+    confined to some indices of one dimension (a position, a head, a batch element).
+    Returns '' when none fits.
+    """
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+    if a.shape != e.shape or a.numel() < 2 or not bool(torch.isfinite(a).all()):
+        return ""
+
+    def close(x: torch.Tensor, y: torch.Tensor) -> bool:
+        return bool(torch.allclose(x, y, rtol=rtol, atol=atol))
+
+    if a.dim() >= 2 and a.shape[-1] == a.shape[-2] and close(a, e.transpose(-2, -1)):
+        return "your values are the expected ones with the last two dimensions swapped"
+    if close(a.flatten().sort().values, e.flatten().sort().values):
+        return ("your tensor holds exactly the expected values, in another arrangement: a "
+                "reshape or view where a transpose/permute was needed (or the reverse), or "
+                "dimensions split or merged in the wrong order")
+    if close(a, -e):
+        return "every value has the wrong sign"
+    denom = float((e * e).sum())
+    if denom > 0:
+        factor = float((a * e).sum()) / denom
+        if abs(factor - 1) > 1e-3 and close(a, factor * e):
+            return (f"every value is the expected one times {factor:.4g}: a scale mistake "
+                    "(a wrong or missing divisor, or a factor applied twice)")
+    offset = float((a - e).mean())
+    if abs(offset) > atol and close(a - offset, e):
+        return (f"every value is off by the same {offset:+.4g}: an offset added or not "
+                "removed (a bias, a mean)")
+    for d in range(a.dim()):
+        n = a.shape[d]
+        if n < 3:
+            continue
+        for k in (1, -1):
+            got = a.narrow(d, 0, n - 1) if k == 1 else a.narrow(d, 1, n - 1)
+            want = e.narrow(d, 1, n - 1) if k == 1 else e.narrow(d, 0, n - 1)
+            if close(got, want):
+                return (f"your values are the expected ones shifted by one along dimension {d}"
+                        f": index i holds what belongs at index i {'+' if k == 1 else '-'} 1 "
+                        "(an off-by-one: a range that starts at 1 instead of 0, or a shift "
+                        "the wrong way)")
+    bad = ~torch.isclose(a, e, rtol=rtol, atol=atol)
+    best = None
+    for d in range(a.dim()):
+        if a.shape[d] < 2:
+            continue
+        rows = bad.transpose(0, d).reshape(a.shape[d], -1).any(1)      # (size of dim d,)
+        n = int(rows.sum())
+        if 0 < n < a.shape[d] and (best is None or n / a.shape[d] < best[0]):
+            best = (n / a.shape[d], d, rows.nonzero().flatten().tolist())
+    if best is not None:
+        _, d, idx = best
+        shown = ", ".join(map(str, idx[:6])) + (", ..." if len(idx) > 6 else "")
+        return (f"only indices {shown} of dimension {d} (size {a.shape[d]}) differ; the "
+                "others match: look at what is special about them (the first or last "
+                "position, padding, one head, one batch element)")
+    return ""
 
 
 def matches(actual: Any, expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> bool:

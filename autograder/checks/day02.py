@@ -47,6 +47,22 @@ def check_softmax_stable(softmax) -> None:
     expect_tensor(out, "softmax of inputs around 1000", shape=(2, 3))
     compare(out, torch.softmax(big, dim=-1), "softmax of inputs around 1000",
             hint="subtract the row maximum before exp(): softmax(x) == softmax(x - max(x)).")
+    # Rows at very different scales: one maximum taken over the whole tensor makes every
+    # exponent of the low rows underflow to 0, and 0 / 0 is NaN.
+    scales = torch.tensor([[0.0, 1.0, 2.0, -1.0], [-1000.0, -999.0, -1001.0, -998.0],
+                           [500.0, 499.5, 501.0, 498.0]])
+    out = _softmax(softmax, scales, -1)
+    expect_tensor(out, "softmax of rows at very different scales", shape=(3, 4), finite=False)
+    shifted = torch.exp(scales - scales.max())
+    global_max = shifted / shifted.sum(-1, keepdim=True)                 # NaN in rows 0, 1
+    nan_rows = torch.isnan(out).any(-1)
+    if bool(nan_rows.any()) and torch.equal(nan_rows, torch.isnan(global_max).any(-1)):
+        raise CheckFailure(
+            "softmax returned NaN for the rows whose values all lie far below the largest "
+            "value of the whole tensor: you subtracted one maximum over the whole tensor "
+            "(x.max()). Subtract each row's own maximum: x.amax(dim=dim, keepdim=True).")
+    compare(out, torch.softmax(scales, dim=-1), "softmax of rows at very different scales",
+            hint="subtract each row's own maximum (along dim), keepdim=True.")
     neg_inf = torch.tensor([[0.0, float("-inf"), 1.0, float("-inf")]])
     out = _softmax(softmax, neg_inf, -1)
     compare(out, torch.softmax(neg_inf, dim=-1), "softmax with -inf entries",

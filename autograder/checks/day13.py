@@ -389,11 +389,14 @@ def check_generate_top_k(generate) -> None:
 
 
 def check_generate_top_p(generate) -> None:
-    """Probabilities (0.45, 0.3, 0.15, 0.07, 0.03), shuffled: top_p 0.6 -> 2 tokens, 0.9 -> 3."""
+    """Probabilities (0.45, 0.3, 0.15, 0.07, 0.03), shuffled: top_p 0.6 -> 2 tokens, 0.85 -> 3.
+
+    No threshold equals a cumulative sum (0.45, 0.75, 0.90, 0.97): a sum that reaches p
+    exactly would make the kept set depend on the last bit of floating point."""
     probs = torch.tensor([0.07, 0.45, 0.03, 0.15, 0.30], dtype=torch.float64)
     logits = probs.log()
     order = [1, 4, 3, 0, 2]          # tokens by decreasing probability
-    for n, (p, kept) in enumerate(((0.6, 2), (0.9, 3), (0.01, 1))):
+    for n, (p, kept) in enumerate(((0.6, 2), (0.85, 3), (0.01, 1))):
         freq = _frequencies(generate, logits, 60 + n, top_p=p)
         keep = torch.zeros(5, dtype=torch.bool)
         keep[order[:kept]] = True

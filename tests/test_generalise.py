@@ -1,0 +1,163 @@
+"""Hidden tests that generalise: mistakes nobody catalogued are caught and located, every
+legitimate convention is accepted, and one mistake costs the points of its own exercise once.
+
+Each check runs through the judge against learner code defined here (the agent answers in
+this process, as the kernel would), so these tests take a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import nbformat
+import pytest
+import torch
+
+from autograder import judge, remote
+from course import agent
+from course.checking import localise
+
+
+def _verdict(ns: dict, module: str, check: str, *names: str) -> judge.Verdict:
+    agent.reset()
+    agent.USER_NS = ns
+    call = judge.HiddenCall(f"autograder.checks.{module}", check, [("name", n) for n in names])
+    return judge.run(call, remote.Conn(agent.handle))
+
+
+def _define(code: str) -> dict:
+    ns: dict = {}
+    exec(textwrap.dedent(code), ns)  # noqa: S102 - learner code written in this test
+    return ns
+
+
+def test_softmax_with_one_global_maximum_is_caught_and_named():
+    """A softmax that subtracts the whole tensor's maximum passes every row of similar scale;
+    rows far below the global maximum give 0/0. Is it caught, with the reason?"""
+    wrong = _define("""
+        import torch
+        def softmax(x, dim=-1):
+            e = torch.exp(x - x.max())
+            return e / e.sum(dim=dim, keepdim=True)
+    """)
+    v = _verdict(wrong, "day02", "check_softmax_stable", "softmax")
+    assert not v.passed and "one maximum over the whole tensor" in v.message, v.message
+    right = _define("""
+        import torch
+        def softmax(x, dim=-1):
+            e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+            return e / e.sum(dim=dim, keepdim=True)
+    """)
+    assert _verdict(right, "day02", "check_softmax_stable", "softmax").passed
+
+
+@pytest.mark.parametrize("correction", [0, 1])
+def test_both_standard_deviation_conventions_pass_day08(correction):
+    """Population (correction=0) and sample (correction=1) statistics are both accepted."""
+    from course.data import load_mnist
+
+    ns = _define(f"""
+        import torch
+        def normalization_stats(train_images):
+            x = train_images.double() / 255.0
+            return float(x.mean()), float(x.std(correction={correction}))
+    """)
+    ns["mnist"] = load_mnist()
+    ns["MEAN"], ns["STD"] = ns["normalization_stats"](ns["mnist"].train_images)
+    v = _verdict(ns, "day08", "check_normalization", "normalization_stats", "MEAN", "STD",
+                 "mnist")
+    assert v.passed, v.message
+
+
+TOP_P = """
+    import torch
+    def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                 generator=None):
+        for _ in range(max_new_tokens):
+            logits = model(idx[:, -model.n_ctx:])[:, -1, :].to(torch.{dtype}) / temperature
+            probs = torch.softmax(logits, dim=-1)
+            if top_p is not None:
+                p, order = probs.sort(dim=-1, descending=True)
+                cum = p.cumsum(dim=-1)
+                drop = {rule}
+                p = p.masked_fill(drop, 0.0)
+                probs = torch.zeros_like(probs).scatter(-1, order, p)
+            nxt = torch.multinomial(probs.float(), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rule", ["cum - p >= top_p", "cum - p > top_p",
+                                  "torch.cat([torch.zeros_like(cum[..., :1]), cum[..., :-1]], -1)"
+                                  " >= top_p"])
+def test_top_p_is_decided_without_a_floating_point_tie(dtype, rule):
+    """Correct top-p implementations that differ only where the mass before a token equals p
+    exactly (>= or >, another precision, another summation) must all pass: no threshold of
+    the test may sit on a cumulative sum."""
+    v = _verdict(_define(TOP_P.format(dtype=dtype, rule=rule)), "day13",
+                 "check_generate_top_p", "generate")
+    assert v.passed, v.message
+
+
+def _solution_namespace(root, day: str, replace: tuple[str, str] | None = None) -> dict:
+    nb = nbformat.read(str(root / "solutions" / day / f"{day}.ipynb"), as_version=4)
+    ns: dict = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or cell.source.startswith(
+                ("import", "from"))):
+            src = cell.source if replace is None else cell.source.replace(*replace)
+            try:
+                exec(src, ns)  # noqa: S102 - the course's own answer key
+            except Exception:  # noqa: BLE001 - a set-up cell that needs the notebook's data
+                pass
+    return ns
+
+
+def test_a_wrong_layer_norm_costs_its_own_test_only(root):
+    """The unbiased variance in Day 6's LayerNorm fails day06_layer_norm_values (with its
+    diagnosis) and no longer fails day06_encoder_matches_torch as well."""
+    ns = _solution_namespace(root, "day06_encoder_layer", ("unbiased=False", "unbiased=True"))
+    own = _verdict(ns, "day06", "check_layer_norm", "LayerNorm")
+    assert not own.passed and "unbiased variance" in own.message, own.message
+    downstream = _verdict(ns, "day06", "check_encoder_matches_torch", "TransformerEncoderLayer")
+    assert downstream.passed, downstream.message
+
+
+def test_an_uncatalogued_mistake_is_located():
+    """Attention that ignores the padding mask for one batch element: no catalogued mistake
+    matches; the message says which batch element differs."""
+    ns = _define("""
+        import math, torch
+        def scaled_dot_product_attention(Q, K, V, mask=None):
+            scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+            if mask is not None:
+                keep = mask.expand(scores.shape).clone()
+                if keep.dim() == 4:
+                    keep[0] = True                 # the mistake: batch element 0 unmasked
+                scores = scores.masked_fill(~keep, float("-inf"))
+            w = torch.softmax(scores, dim=-1)
+            return w @ V, w
+    """)
+    v = _verdict(ns, "day02", "check_attention_mask", "scaled_dot_product_attention")
+    assert not v.passed and "Where: only indices 0 of dimension 0" in v.message, v.message
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda e: e.transpose(-2, -1), "last two dimensions swapped"),
+    (lambda e: e.reshape(3, 4, 2).transpose(1, 2).reshape(3, 2, 4), "another arrangement"),
+    (lambda e: e * 1.4142, "times 1.414"),
+    (lambda e: e + 0.5, "off by the same +0.5"),
+    (lambda e: -e, "wrong sign"),
+    (lambda e: torch.cat([e[:, :, 1:], e[:, :, :1] + 7], -1), "shifted by one along dimension 2"),
+    (lambda e: torch.cat([e[:, :, :3], e[:, :, 3:] * 2], -1), "indices 3 of dimension 2"),
+])
+def test_localise_names_how_values_differ(make, words):
+    expected = torch.randn(3, 2, 4, generator=torch.Generator().manual_seed(0),
+                           dtype=torch.float64)
+    if words == "last two dimensions swapped":
+        expected = torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(0),
+                               dtype=torch.float64)
+    assert words in localise(make(expected), expected)
