@@ -2,8 +2,10 @@
 
 - score distribution per day (graded submissions, percent of the day's points);
 - pass rate per graded cell (share of graded submissions with full points on that test);
-- the most frequent diagnoses: the failure messages of each test, grouped after numbers are
-  blanked out, as a share of that day's graded submissions ("38% ... scale by sqrt(d_k)");
+- the most frequent diagnoses: failures grouped by what their message names (the catalogued
+  mistake of its "Hint:", or the place of its "Where:"; else its first line), numbers blanked
+  out, as a share of that day's graded submissions ("38% ... scale by sqrt(d_k)"), with the
+  tests where it showed;
 - the count of each status per day.
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from autograder.records import STATUSES, Result, _atomic_write_text
 
-NUM = re.compile(r"-?\d+(\.\d+)?(e-?\d+)?")
+NUM = re.compile(r"(?<![\w.])-?\d+(\.\d+)?(e-?\d+)?(?!\w)")  # not the 2 of norm2
 
 
 def load_results(results_dir: Path) -> list[Result]:
@@ -31,10 +33,13 @@ def load_results(results_dir: Path) -> list[Result]:
 
 
 def diagnosis_key(message: str) -> str:
-    """A failure message with its numbers blanked, the exception name dropped, cut short."""
+    """What a failure message names: its hint (the catalogued mistake), else where the values
+    differ, else its first line; numbers blanked, the exception name dropped, cut short."""
     msg = message.split(": ", 1)[1] if re.match(r"^\w+: ", message) else message
-    msg = NUM.sub("#", msg.strip().splitlines()[0] if msg.strip() else "")
-    return msg[:180]
+    lines = [line.strip() for line in msg.strip().splitlines() if line.strip()]
+    named = [line.split(":", 1)[1].strip() for line in lines
+             if line.startswith(("Hint:", "Where:"))]
+    return NUM.sub("#", named[0] if named else (lines[0] if lines else ""))[:180]
 
 
 def summarize(results: list[Result]) -> dict:
@@ -45,18 +50,24 @@ def summarize(results: list[Result]) -> dict:
               for d in days}
     cell_pass: dict[tuple[str, str], list[bool]] = defaultdict(list)
     diag: dict[str, Counter] = defaultdict(Counter)
+    tests_of: dict[tuple[str, str], set[str]] = defaultdict(set)
     n_day = Counter(r.day for r in graded)
     for r in graded:
+        seen = set()
         for t in r.tests:
             ok = t.points >= t.max_points
             cell_pass[(r.day, t.grade_id)].append(ok)
             if not ok and t.message:
-                diag[r.day][(t.grade_id, diagnosis_key(t.message))] += 1
+                key = diagnosis_key(t.message)
+                tests_of[(r.day, key)].add(t.grade_id)
+                seen.add(key)
+        for key in seen:  # a submission counts once per diagnosis, whatever tests show it
+            diag[r.day][key] += 1
     frequent = []
     for d, counter in diag.items():
-        for (gid, text), n in counter.items():
-            frequent.append({"day": d, "grade_id": gid, "diagnosis": text, "count": n,
-                             "share": n / n_day[d]})
+        for text, n in counter.items():
+            frequent.append({"day": d, "grade_id": ", ".join(sorted(tests_of[(d, text)])),
+                             "diagnosis": text, "count": n, "share": n / n_day[d]})
     frequent.sort(key=lambda x: (-x["share"], -x["count"], x["day"]))
     status = {d: Counter(r.status for r in results if r.day == d) for d in days}
     return {"days": days, "scores": scores,
@@ -71,9 +82,13 @@ def _bar_chart(path: Path, title: str, labels: list[str], values: list[float], *
 
     Returns (file name, title) for the report's figure list.
     """
+    import textwrap
+
     import matplotlib.pyplot as plt  # the Agg backend is chosen by _figures
 
-    fig, ax = plt.subplots(figsize=(width, row_height * len(labels) + 1.2))
+    labels = [textwrap.fill(label, 48) for label in labels]   # long labels wrap, never cut
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig, ax = plt.subplots(figsize=(width, row_height * max(len(labels), lines * 0.6) + 1.2))
     ax.barh(labels, values, color=colors)
     ax.invert_yaxis()
     if xlim is not None:
@@ -82,6 +97,7 @@ def _bar_chart(path: Path, title: str, labels: list[str], values: list[float], *
     ax.set_title(title)
     ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
+    fig.subplots_adjust(left=max(fig.subplotpars.left, 0.42))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name, title
@@ -92,6 +108,7 @@ def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     figs = []
     days = summary["days"]
@@ -108,6 +125,7 @@ def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
             ax.set_title(d, fontsize=9)
             ax.set_xlabel("score (% of the day's points)")
             ax.set_ylabel("submissions")
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))   # whole submissions
         for j in range(n, rows * cols):
             axes[j // cols][j % cols].axis("off")
         fig.suptitle("Score distribution per day")
@@ -127,7 +145,7 @@ def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
     if top:
         figs.append(_bar_chart(
             out_dir / "diagnoses.png", "Most frequent diagnoses",
-            [f"{x['grade_id']}: {x['diagnosis'][:60]}" for x in top],
+            [f"{x['diagnosis'][:110]} ({x['grade_id']})" for x in top],
             [100 * x["share"] for x in top],
             xlabel="share of the day's graded submissions (%)",
             colors=plt.get_cmap("cividis")(0.6), width=9, row_height=0.45))
@@ -163,7 +181,7 @@ def write_report(results_dir: Path, out_dir: Path) -> Path:
     for fname, title in figs:
         page.append(f"<h2>{e(title)}</h2><img src='{fname}' alt='{e(title)}'>")
     page.append("<h2>Most frequent diagnoses (what to re-teach)</h2><table><tr><th>share</th>"
-                "<th>count</th><th>day</th><th>test</th><th>diagnosis</th></tr>"
+                "<th>count</th><th>day</th><th>tests</th><th>diagnosis</th></tr>"
                 + diag_rows + "</table></body></html>")
     target = out_dir / "report.html"
     _atomic_write_text(target, "\n".join(page))

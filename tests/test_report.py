@@ -55,3 +55,26 @@ def test_report_writes_html_and_pngs(tmp_path):
         assert (tmp_path / "report" / png).stat().st_size > 1000
         assert png in html
     assert "sqrt(d_model)" in html and "33%" in html
+
+
+def test_diagnoses_group_by_what_the_message_names():
+    """Failures of two tests whose messages name the same mistake (their Hint:) count as one
+    diagnosis, once per submission; a generic first line does not become the label."""
+    generic = ("CheckFailure: {} differs from the expected values (rtol=1e-06): max abs "
+               "difference {:.3f} at index (0, 1).\nHint: you scaled by sqrt(d_model); scale "
+               "by sqrt(d_k) per head")
+    out = []
+    for i in range(4):
+        tests = [TestResult("day04_mha_values", 0.0, 2.0, generic.format("output", 0.1 * i)),
+                 TestResult("day04_mha_matches_torch", 0.0, 2.0,
+                            generic.format("MHA output", 0.2 * i))]
+        out.append(Result(f"s{i}", DAY, "graded", 0.0, 4.0, tests))
+    where = ("CheckFailure: x differs from the expected values: max abs difference 1.2 at "
+             "index (3,).\nWhere: only indices 3 of dimension 0 (size 4) differ")
+    out.append(Result("w", DAY, "graded", 0.0, 4.0, [TestResult("day04_mask", 0.0, 2.0, where)]))
+    top, second = summarize(out)["frequent"][:2]
+    assert top["diagnosis"].startswith("you scaled by sqrt(d_model)") and top["count"] == 4
+    assert top["grade_id"] == "day04_mha_matches_torch, day04_mha_values"
+    assert second["diagnosis"].startswith("only indices # of dimension #")
+    assert all("differs from the expected" not in x["diagnosis"]
+               for x in summarize(out)["frequent"])
