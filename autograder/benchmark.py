@@ -13,9 +13,9 @@ release notebook, or the reference with one mutant from the catalog, in turn), t
    is made before the clock starts; worker start-up and kernels count.
 
 Prints submissions per minute for both, the ratio, and the CPU seconds per notebook each
-spent (the machine's busy CPU time during each run: keep the machine otherwise idle). ``--selfcheck``
-instead times ``python -m autograder selfcheck`` of each day's answer key, as a learner runs
-it (its grading template made beforehand). Not a test: timings depend on the load.
+spent (the machine's busy CPU time during each run: keep the machine otherwise idle).
+``--selfcheck`` instead times ``python -m autograder selfcheck`` of each day's answer key,
+as a learner runs it (its grading template made beforehand). Not a test: timings depend on the load.
 """
 
 from __future__ import annotations
