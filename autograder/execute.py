@@ -184,21 +184,24 @@ class GuardedExecute(Execute):
         return cell
 
     async def _verdict(self, cell: NotebookNode):
+        deadline = monotonic() + (self._get_timeout(cell) or self.notebook_timeout)
+        # Everything of the judge runs in its one thread, after its warm-up: importing torch
+        # in two threads at once can deadlock, and that thread owns the blocking client.
+        return await asyncio.get_running_loop().run_in_executor(
+            self._judge_pool, self._judge_in_thread, cell.source, deadline)
+
+    def _judge_in_thread(self, source: str, deadline: float):
         from autograder import judge
         from autograder.remote import Conn
 
         try:
-            call = judge.parse_hidden_cell(cell.source)
+            call = judge.parse_hidden_cell(source)
         except judge.NotJudgeable as exc:
             return judge.Verdict(False, f"the hidden test cannot be judged: {exc}", [])
         if self._judge_client is None:  # the connection made at kernel start failed
             return judge.Verdict(False, "the kernel did not answer the judge: "
                                  f"{self._judge_error or 'no connection'}", call.names)
-        deadline = monotonic() + (self._get_timeout(cell) or self.notebook_timeout)
-        conn = Conn(self._judge_transport(deadline))
-        # The judge's one thread owns the blocking client (made at kernel start).
-        return await asyncio.get_running_loop().run_in_executor(self._judge_pool, judge.run,
-                                                                call, conn)
+        return judge.run(call, Conn(self._judge_transport(deadline)))
 
     def _make_judge_client(self):
         import zmq
