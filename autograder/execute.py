@@ -39,7 +39,7 @@ KERNEL_CAP_NOTICE = "[output truncated: more than"
 def reset_events() -> None:
     EVENTS.clear()
     EVENTS.update(timeout=False, kernel_died=False, kernel_exit=None, output_truncated=False,
-                  tamper=[], skipped=0, judged={}, review=[])
+                  skipped=0, judged={}, review=[])
 
 
 reset_events()

@@ -153,7 +153,6 @@ def run(call: HiddenCall, conn) -> Verdict:
     checking.VALUE_CHECKS[0] = 0
     checking.OBSERVED[0] = False
     checking.ACTIVE_FORBID[:] = []
-    conn.observed = False
     conn.tensors_received = 0
     used_forbid: list[str] = []
     stopped = ""
@@ -193,7 +192,6 @@ def run(call: HiddenCall, conn) -> Verdict:
     # computed here; a check that saw no tensor, or only read what the kernel says happened
     # (the device audit, a probe's record), observed.
     compared = checking.VALUE_CHECKS[0] > 0 or (conn.tensors_received > 0
-                                                 and not conn.observed
                                                  and not checking.OBSERVED[0])
     kind = "value" if compared else "observed"
     return Verdict(passed, message, call.names, kind, used_forbid, stopped)

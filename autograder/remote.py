@@ -59,7 +59,6 @@ class Conn:
         self._attrs: dict[tuple, Any] = {}
         self.epoch = 0  # bumped by every request that may change the kernel's state
         self.requests = 0
-        self.observed = False  # a check took the kernel's word (the device audit)
         self.tensors_received = 0  # learner results that came back as tensors
 
     # -- requests -------------------------------------------------------------------
@@ -253,7 +252,7 @@ class Proxy:
     def _remote_audit(self, inputs: tuple, name: str) -> Any:
         """:func:`course.device.check_runs_on_any_device`, run in the kernel: an observation
         of the kernel's process, which the judge can only take on trust (see the gate)."""
-        self._conn.observed = True
+        checking.OBSERVED[0] = True
         return self._conn.request({"op": "audit", "ref": self._ref.id,
                                    "inputs": self._conn.encode(tuple(inputs)), "name": name})
 

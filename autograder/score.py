@@ -157,8 +157,6 @@ def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
     if (events.get("exit") or {}).get("oom"):
         mem.append("the kernel's cgroup reached its memory ceiling")
     notes = []
-    if events.get("tamper"):
-        return "tampered", list(events["tamper"])
     if events.get("kernel_died"):
         if any(w in kernel_log.lower() for w in mem_words):
             return "memory-limit", ["the kernel died when it ran out of memory"]

@@ -251,7 +251,6 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     forbidden = sorted({f for v in judged.values() if v["passed"] for f in v["forbidden"]})
     review = [f"review: {f}" for f in static + static_review(own_code, forbidden)]
     score = sum(t.points for t in tests)
-    events["tamper"] = list(events.get("tamper", []))
     try:
         events["exit"] = json.loads(kernel_files.read_capped(private / "exit.json", 4096) or b"{}")
     except ValueError:

@@ -47,6 +47,7 @@ VALUE_CHECKS: list[int] = [0]
 # Set by the judge while it runs a check: makes ``factory(*args, **kwargs)`` in the kernel
 # and returns a proxy of the result (see ``in_kernel``); None when checks run in one process.
 KERNEL_MAKE: Callable[..., Any] | None = None
+# Whether the running check took the kernel's word (the device audit, a probe's record).
 OBSERVED: list[bool] = [False]
 
 
