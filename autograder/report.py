@@ -3,7 +3,8 @@
 - score distribution per day (graded submissions, percent of the day's points);
 - pass rate per graded cell (share of graded submissions with full points on that test);
 - the most frequent diagnoses: failures grouped by what their message names (the catalogued
-  mistake of its "Hint:", or the place of its "Where:"; else its first line), numbers blanked
+  mistake of its "Hint:", the first step of the computation that differs ("Step:") or the
+  place of its "Where:", whichever it states first; else its first line), numbers blanked
   out, as a share of that day's graded submissions ("38% ... scale by sqrt(d_k)"), with the
   tests where it showed;
 - the count of each status per day.
@@ -38,7 +39,7 @@ def diagnosis_key(message: str) -> str:
     msg = message.split(": ", 1)[1] if re.match(r"^\w+: ", message) else message
     lines = [line.strip() for line in msg.strip().splitlines() if line.strip()]
     named = [line.split(":", 1)[1].strip() for line in lines
-             if line.startswith(("Hint:", "Where:"))]
+             if line.startswith(("Hint:", "Step:", "Where:"))]
     return NUM.sub("#", named[0] if named else (lines[0] if lines else ""))[:180]
 
 

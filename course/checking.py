@@ -249,8 +249,11 @@ def assert_close(
     rtol: float = 1e-5,
     atol: float = 1e-6,
     hint: str = "",
+    step: str = "",
 ) -> None:
-    """Compare values with stated tolerances; report the worst element and a hint."""
+    """Compare values with stated tolerances; report the worst element, the first step of
+    the computation that differs (``step``, see ``autograder.checks.first_difference``),
+    how the values differ (``localise``) and a hint."""
     actual = expect_tensor(actual, name, shape=tuple(expected.shape))
     a = actual.detach().to(torch.float64)
     e = expected.detach().to(torch.float64)
@@ -265,6 +268,7 @@ def assert_close(
         f"{name} differs from the expected values (rtol={rtol}, atol={atol}): "
         f"max abs difference {float(diff.max()):.3g} at index {idx} "
         f"(got {float(a[idx]):.6g}, expected {float(e[idx]):.6g})."
+        + (f"\nStep: {step}." if step else "")
         + (f"\nWhere: {where}." if where else "")
         + (f"\nHint: {hint}" if hint else "")
     )

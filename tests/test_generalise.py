@@ -161,3 +161,94 @@ def test_localise_names_how_values_differ(make, words):
         expected = torch.randn(3, 4, 4, generator=torch.Generator().manual_seed(0),
                                dtype=torch.float64)
     assert words in localise(make(expected), expected)
+
+
+def test_first_difference_names_the_first_step_that_differs():
+    from autograder.checks import Step, first_difference
+
+    a, b = torch.zeros(2), torch.ones(2)
+    same, other = Step("scores", a, a, "in the scores"), Step("weights", b, a, "in the softmax")
+    assert first_difference([same], "output", "after the softmax") == \
+        "scores matches; output does not: the mistake is after the softmax"
+    assert first_difference([same, other], "output", "after") == \
+        "scores matches; weights does not: the mistake is in the softmax"
+    assert first_difference([other, same], "output", "after") == \
+        "weights already differs: the mistake is in the softmax"
+
+    def broken():
+        raise RuntimeError("the learner's code failed")
+
+    assert first_difference([Step("x", broken, a, "here")], "output", "after") == ""
+
+
+@pytest.mark.parametrize("day, check, name, find, replace, words", [
+    ("day02_queries_keys_values", "check_attention_values", "scaled_dot_product_attention",
+     "output = attn_weights @ V ", "output = scores @ V ",
+     "Step: attn_weights matches; output does not: the mistake is after the softmax"),
+    ("day04_multi_head_attention", "check_mha_matches_torch", "MultiHeadSelfAttention",
+     "out = out.transpose(1, 2).contiguous().view(B, T, self.d_model)",
+     "out = out.reshape(B, T, self.d_model)",
+     "Step: attn_weights matches; output does not: the mistake is after the softmax"),
+    ("day06_encoder_layer", "check_encoder_wiring", "TransformerEncoderLayer",
+     "self.ffn(self.norm2(x))", "self.ffn(self.norm1(x))",
+     "does not: the mistake is in the feed-forward half"),
+    ("day06_encoder_layer", "check_encoder_matches_torch", "TransformerEncoderLayer",
+     "self.ffn(self.norm2(x))", "self.ffn(self.norm1(x))",
+     "self.ffn (against Linear, GELU, Linear with your weights) match; layer output at real "
+     "tokens does not: the mistake is in how forward wires the sublayers"),
+    ("day13_training_tinygpt", "check_get_lr_schedule", "get_lr",
+     "max(1, total_steps - warmup_steps)", "max(1, total_steps)",
+     "it is wrong at the middle of the decay (step 28), the last step (step 50): look first "
+     "at the cosine decay"),
+])
+def test_a_failed_value_names_the_first_step_that_differs(root, day, check, name, find,
+                                                          replace, words):
+    """Mistakes no catalogue lists: the judge compares the intermediate quantities it can
+    observe (the weights; the residual stream with the feed-forward block switched off;
+    each sublayer against PyTorch's; the schedule's landmarks) and names the first that
+    differs. The answer key itself passes."""
+    ns = _solution_namespace(root, day, (find, replace))
+    v = _verdict(ns, day[:5], check, name)
+    assert not v.passed and words in v.message, v.message
+    assert _verdict(_solution_namespace(root, day), day[:5], check, name).passed
+
+
+DAY12, DAY14 = "day12_causal_attention_tinygpt", "day14_modern_transformer"
+
+
+@pytest.mark.parametrize("check, name", [("check_attention_matches_sdpa", "CausalSelfAttention"),
+                                         ("check_block_pre_ln", "Block"),
+                                         ("check_tinygpt_causal", "TinyGPT"),
+                                         ("check_tinygpt_n_ctx", "TinyGPT")])
+def test_a_wrong_causal_mask_costs_its_own_test_only(root, check, name):
+    """causal_mask without the diagonal fails day12_causal_mask_values; the attention, the
+    block and TinyGPT, which store its mask as a buffer, are graded with the right mask."""
+    ns = _solution_namespace(root, DAY12, ("torch.tril(ones, diagonal=0)",
+                                           "torch.tril(ones, diagonal=-1)"))
+    assert not _verdict(ns, "day12", "check_causal_mask_values", "causal_mask").passed
+    v = _verdict(ns, "day12", check, name)
+    assert v.passed, v.message
+
+
+@pytest.mark.parametrize("day, find, replace, check, name, words", [
+    (DAY12, '        scores = scores.masked_fill(~self.mask[:N, :N], float("-inf"))\n', "",
+     "check_tinygpt_causal", "TinyGPT",
+     "This fails because your CausalSelfAttention fails day12_attention_matches_sdpa: fix "
+     "that first."),
+    (DAY14, "k = torch.cat([cache[0], k], dim=2)", "k = torch.cat([cache[0], k, k], dim=2)",
+     "check_modern_gpt_cache", "ModernGPT",
+     "This fails because your CachedCausalSelfAttention fails "
+     "day14_cached_attention_matches_full: fix that first."),
+    (DAY14, "x1, x2 = x[..., :half], x[..., half:]", "x2, x1 = x[..., :half], x[..., half:]",
+     "check_cached_attention_matches_full", "CachedCausalSelfAttention",
+     "This fails because your RotaryEmbedding fails day14_rope_convention: fix that first."),
+])
+def test_a_downstream_failure_names_the_upstream_part(root, day, find, replace, check, name,
+                                                      words):
+    """A model test that fails because a part it is built on fails that part's own test
+    says so first; with the answer key's parts it does not."""
+    ns = _solution_namespace(root, day, (find, replace))
+    v = _verdict(ns, day[:5], check, name)
+    assert not v.passed and v.message.startswith(words), v.message
+    right = _verdict(_solution_namespace(root, day), day[:5], check, name)
+    assert right.passed, right.message

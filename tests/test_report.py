@@ -33,6 +33,16 @@ def test_diagnoses_group_across_numbers():
     assert a == b and "CheckFailure" not in a
 
 
+def test_failures_group_by_the_first_step_that_differs():
+    """Two students whose output differs at different elements, with the weights right: one
+    diagnosis, the step their message names."""
+    msg = ("CheckFailure: output differs from the expected values (rtol=1e-06, atol=1e-09): max "
+           "abs difference {} at index (0, 1)\nStep: attn_weights matches; output does not: "
+           "the mistake is after the softmax.\nWhere: only indices {} of dimension 1 differ")
+    a, b = diagnosis_key(msg.format(0.5, 1)), diagnosis_key(msg.format(0.25, 3))
+    assert a == b == "attn_weights matches; output does not: the mistake is after the softmax."
+
+
 def test_summary_shares_and_pass_rates():
     """Is the top diagnosis 3 of the 9 kernel-run submissions, with its pass rate beside it?"""
     s = summarize(_results())

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, compare, expect_tensor, rng
+from autograder.checks import CheckFailure, Step, call, compare, expect_tensor, rng
 from course.checking import forbid
 
 SOFTMAX_NAMES = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
@@ -79,6 +79,15 @@ def _reference(Q, K, V, mask=None, scale=None, fill=float("-inf"), dim=-1):
     return w @ V, w
 
 
+AFTER_SOFTMAX = ("after the softmax: the output is attn_weights @ V, each query's weights "
+                 "times the values (shape (..., seq_q, d_v))")
+
+
+def _weights_first(w, expected_w) -> list[Step]:
+    """The weights as the step before the output (see ``first_difference``)."""
+    return [Step("attn_weights", w, expected_w, "before or in the softmax")]
+
+
 def _sdpa(fn, *args):
     with forbid("torch.nn.functional.scaled_dot_product_attention"):
         out = call(fn, *args, name="scaled_dot_product_attention")
@@ -111,7 +120,7 @@ def check_attention_values(scaled_dot_product_attention) -> None:
     compare(w, expected_w, "attn_weights", {k: v[1] for k, v in scale_mistakes.items()},
             rtol=1e-6, atol=1e-9)
     compare(out, expected, "output", {k: v[0] for k, v in scale_mistakes.items()},
-            rtol=1e-6, atol=1e-9)
+            rtol=1e-6, atol=1e-9, steps=_weights_first(w, expected_w), where=AFTER_SOFTMAX)
 
 
 def check_attention_mask(scaled_dot_product_attention) -> None:
@@ -138,10 +147,11 @@ def check_attention_mask(scaled_dot_product_attention) -> None:
         compare(w, exp_w, f"attn_weights with {label}", {k: v[1] for k, v in mistakes.items()},
                 rtol=1e-6, atol=1e-9)
         compare(out, exp_out, f"output with {label}", {k: v[0] for k, v in mistakes.items()},
-                rtol=1e-6, atol=1e-9)
+                rtol=1e-6, atol=1e-9, steps=_weights_first(w, exp_w), where=AFTER_SOFTMAX)
     # Three dims (no head axis) and a single query: shapes the visible check never shows.
     q1, k1, v1 = Q[:, 0, :1], K[:, 0], V[:, 0]
     out, w = _sdpa(scaled_dot_product_attention, q1, k1, v1)
     compare(out, F.scaled_dot_product_attention(q1, k1, v1), "output for 3-D inputs, seq_q=1",
-            rtol=1e-6, atol=1e-9)
+            rtol=1e-6, atol=1e-9, steps=_weights_first(w, _reference(q1, k1, v1)[1]),
+            where=AFTER_SOFTMAX)
     compare(w.sum(-1), torch.ones(2, 1, dtype=torch.float64), "attn_weights row sums")

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import CheckFailure, Step, call, compare, expect_module, expect_tensor, rng
 from course.device import check_runs_on_any_device
 
 
@@ -62,6 +62,16 @@ def _expected(module, x, mask=None, v_from="W_V", scale=None, dim=-1):
     return w @ v, w
 
 
+def _weights_step(module, expected_w) -> list[Step]:
+    """self.attn_weights as the step before the output (see ``first_difference``)."""
+    return [Step("self.attn_weights", lambda: module.attn_weights, expected_w,
+                 "before or in the softmax: Q = self.W_Q(x), K = self.W_K(x), the scores "
+                 "Q @ K^T / sqrt(d_k), or the softmax's dimension (the keys, dim=-1)")]
+
+
+AFTER_SOFTMAX = "after the softmax: the output is attn_weights @ V, with V = self.W_V(x)"
+
+
 def check_matches_torch(SelfAttention) -> None:
     """Output and attn_weights equal F.scaled_dot_product_attention on the module's projections."""
     module, x = _setup(SelfAttention)
@@ -82,7 +92,7 @@ def check_matches_torch(SelfAttention) -> None:
         }
     expect_tensor(out, "SelfAttention output", shape=(2, 5, 12))
     compare(out, expected, "SelfAttention output", {k: v[0] for k, v in mistakes.items()},
-            rtol=1e-6, atol=1e-9)
+            rtol=1e-6, atol=1e-9, steps=_weights_step(module, expected_w), where=AFTER_SOFTMAX)
     w = getattr(module, "attn_weights", None)
     expect_tensor(w, "self.attn_weights", shape=(2, 5, 5))
     compare(w, expected_w, "self.attn_weights", {k: v[1] for k, v in mistakes.items()},
@@ -107,7 +117,8 @@ def check_mask(SelfAttention) -> None:
                     "softmax, not 0": w0 @ module.W_V(x).detach(),
                     "your mask is inverted: True means 'may attend'":
                         _expected(module, x, ~mask)[0]}
-        compare(out, exp_out, f"output with {label}", mistakes, rtol=1e-6, atol=1e-9)
+        compare(out, exp_out, f"output with {label}", mistakes, rtol=1e-6, atol=1e-9,
+                steps=_weights_step(module, exp_w), where=AFTER_SOFTMAX)
         compare(module.attn_weights, exp_w, f"attn_weights with {label}", rtol=1e-6, atol=1e-9)
 
 

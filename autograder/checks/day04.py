@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import CheckFailure, Step, call, compare, expect_module, expect_tensor, rng
 from course.device import check_runs_on_any_device
 
 NAMES = ("W_Q", "W_K", "W_V", "W_O")
@@ -61,6 +61,16 @@ def _run(m, x, mask=None):
     out = call(m, x, mask, name="MultiHeadSelfAttention.forward(x, mask)") if mask is not None \
         else call(m, x, name="MultiHeadSelfAttention.forward(x)")
     return out, getattr(m, "attn_weights", None)
+
+
+AFTER_SOFTMAX = ("after the softmax: in weights @ V, in merging the heads back (transpose(1, 2), "
+                 "then reshape to (batch, seq_len, d_model)), or in the output projection "
+                 "self.W_O")
+
+
+def _weights_first(w, expected_w) -> list[Step]:
+    """The per-head weights as the step before the output (see ``first_difference``)."""
+    return [Step("attn_weights", w, expected_w, "before or in the softmax")]
 
 
 def check_mha_init(MultiHeadSelfAttention) -> None:
@@ -137,7 +147,7 @@ def check_mha_matches_torch(MultiHeadSelfAttention) -> None:
     compare(w, expected_w, "attn_weights", {k: v[1] for k, v in mistakes.items()},
             rtol=1e-6, atol=1e-9)
     compare(out, expected, "output", {k: v[0] for k, v in mistakes.items()},
-            rtol=1e-6, atol=1e-9)
+            rtol=1e-6, atol=1e-9, steps=_weights_first(w, expected_w), where=AFTER_SOFTMAX)
 
 
 def check_mha_mask(MultiHeadSelfAttention) -> None:
@@ -162,7 +172,7 @@ def check_mha_mask(MultiHeadSelfAttention) -> None:
         compare(w, expected_w, f"attn_weights with {label}",
                 {k: v[1] for k, v in mistakes.items()}, rtol=1e-6, atol=1e-9)
         compare(out, expected, f"output with {label}", {k: v[0] for k, v in mistakes.items()},
-                rtol=1e-6, atol=1e-9)
+                rtol=1e-6, atol=1e-9, steps=_weights_first(w, expected_w), where=AFTER_SOFTMAX)
 
 
 def check_mha_device(MultiHeadSelfAttention) -> None:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import CheckFailure, Step, call, compare, expect_module, expect_tensor, rng
 from course.checking import forbid, in_kernel, matches
 from course.device import check_runs_on_any_device
 
@@ -141,6 +141,22 @@ def _sub(layer, x, mask):
     return attn
 
 
+WIRING = ("in how forward wires the sublayers: x = x + self.attn(self.norm1(x), mask), then "
+          "x = x + self.ffn(self.norm2(x)) on that result")
+
+
+def _without_ffn(layer, x, mask):
+    """The layer's output with the feed-forward block's last Linear zeroed: for a Pre-LN
+    layer that is the residual stream after the attention half, x + attn(norm1(x))."""
+    last = layer.ffn.linear2
+    saved = {k: v.detach().clone() for k, v in last.state_dict().items()}
+    last.load_state_dict({k: torch.zeros_like(v) for k, v in saved.items()})
+    try:
+        return layer(x, mask) if mask is not None else layer(x)
+    finally:
+        last.load_state_dict(saved)
+
+
 def check_encoder_wiring(TransformerEncoderLayer) -> None:
     """Pre-LN with a residual around each sublayer, recomputed from the layer's own submodules."""
     layer = _layer(TransformerEncoderLayer, 20, 4, 36, seed=65).double().eval()
@@ -172,7 +188,14 @@ def check_encoder_wiring(TransformerEncoderLayer) -> None:
                 "the mask was not passed to the attention: self.attn(self.norm1(x), mask)":
                     (lambda hh: hh + ffn(n2(hh)))(x + _sub(layer, n1(x), None)),
             }
-        compare(out, expected, f"layer output {label}", mistakes, rtol=1e-6, atol=1e-9)
+        stream = Step(
+            "the residual stream after the attention half (your layer's output with the "
+            "feed-forward block's last Linear zeroed)",
+            lambda m=m: _without_ffn(layer, x, m), h,
+            "in the attention half: x = x + self.attn(self.norm1(x), mask)")
+        compare(out, expected, f"layer output {label}", mistakes, rtol=1e-6, atol=1e-9,
+                steps=[stream], where="in the feed-forward half: x = x + "
+                "self.ffn(self.norm2(x)), where x is the output of the attention half")
 
 
 def _torch_layer(layer, d_model, heads, d_ff, norm_first=True, activation="gelu"):
@@ -247,9 +270,22 @@ def check_encoder_matches_torch(TransformerEncoderLayer) -> None:
                 post(x, src_key_padding_mask=~keep),
             "the feed-forward block uses ReLU; use GELU": relu(x, src_key_padding_mask=~keep),
         }
+        n1 = F.layer_norm(x, (24,), layer.norm1.weight, layer.norm1.bias, ref.norm1.eps)
+        h = torch.randn(3, 7, 24, generator=rng(72), dtype=torch.float64)
+    parts = [
+        Step("self.attn (against nn.MultiheadAttention with your weights)",
+             lambda: layer.attn(n1, keep[:, None, None, :])[keep],
+             lambda: ref.self_attn(n1, n1, n1, key_padding_mask=~keep,
+                                   need_weights=False)[0][keep],
+             "in self.attn, the multi-head attention inside the layer"),
+        Step("self.ffn (against Linear, GELU, Linear with your weights)",
+             lambda: layer.ffn(h), lambda: ref.linear2(F.gelu(ref.linear1(h))),
+             "in self.ffn: see day06_ffn_values"),
+    ]
     # Positions that are padding are ignored by PyTorch's fast path; compare real tokens.
     compare(out[keep], expected[keep], "layer output at real tokens",
-            {k: v[keep] for k, v in mistakes.items()}, rtol=1e-6, atol=1e-8, hint=note)
+            {k: v[keep] for k, v in mistakes.items()}, rtol=1e-6, atol=1e-8, hint=note,
+            steps=parts, where=WIRING)
 
 
 def check_encoder_device(TransformerEncoderLayer) -> None:

@@ -201,7 +201,28 @@ def check_get_lr_schedule(get_lr) -> None:
         hint = "after warmup: min_lr + 0.5 (max_lr - min_lr)(1 + cos(pi (step - warmup) / " \
                "(total - warmup)))"
     raise CheckFailure(f"get_lr({s}, max_lr=3e-3, warmup_steps=7, total_steps=50, min_lr=3e-4) "
-                       f"returned {g!r}, expected {w:.6g}: {hint}.")
+                       f"returned {g!r}, expected {w:.6g}: {hint}."
+                       + _lr_phases(dict(zip(steps, got, strict=True)), args))
+
+
+LR_PHASES = (("step 0", 0, "the warm-up"), ("the end of warm-up (step 6)", 6, "the warm-up"),
+             ("the peak (step 7)", 7, "the first step after warm-up"),
+             ("the middle of the decay (step 28)", 28, "the cosine decay"),
+             ("the last step (step 50)", 50, "the end of the decay"),
+             ("after the end (step 80)", 80, "the floor after total_steps"))
+
+
+def _lr_phases(got: dict, args: tuple) -> str:
+    """A "Step:" line: at which landmarks of the schedule the learner's rate is right."""
+    right, wrong = [], []
+    for label, step, phase in LR_PHASES:
+        g = got[step]
+        ok = isinstance(g, int | float) and abs(g - _lr(step, *args)) <= 1e-9
+        (right if ok else wrong).append((label, phase))
+    if not right or not wrong:
+        return ""
+    return (f"\nStep: the rate is right at {', '.join(r for r, _ in right)}; it is wrong at "
+            f"{', '.join(w for w, _ in wrong)}: look first at {wrong[0][1]}.")
 
 
 # --------------------------------------------------------------------------- training

@@ -12,8 +12,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
-from course.checking import in_kernel, note_value_checked, record, twin
+from autograder.checks import (
+    CheckFailure,
+    call,
+    compare,
+    expect_module,
+    expect_tensor,
+    rng,
+    upstream,
+)
+from course.checking import in_kernel, matches, note_value_checked, record, twin
 from course.device import check_runs_on_any_device
 from course.probes import CachedLM, LogitsOnly
 
@@ -207,6 +215,34 @@ def _cache_len(cache, label: str) -> int:
     return k.size(2)
 
 
+def _rope_right(rope: nn.Module, head_dim: int) -> bool:
+    """Whether a RotaryEmbedding inside the attention rotates as day14_rope_convention asks."""
+    q = torch.randn(1, 2, 4, head_dim, generator=rng(60), dtype=torch.float64)
+    pos = torch.tensor([3, 0, 7, 1])
+    qr, _ = rope.apply_rope(q, q, pos)
+    return matches(qr, _rope_reference(q, pos, 10000.0), rtol=1e-4, atol=1e-5)
+
+
+def _cache_right(attn: nn.Module, heads: int) -> bool:
+    """Whether a CachedCausalSelfAttention inside a model does what
+    day14_cached_attention_matches_full grades: full pass = reference, and prefill + decoding
+    = full pass, with its own weights."""
+    w_qkv, w_proj = attn.qkv.weight.detach().double(), attn.proj.weight.detach().double()
+    x = torch.randn(2, 7, w_proj.shape[0], generator=rng(61), dtype=torch.float64)
+    x = x.to(attn.proj.weight.dtype)
+    full, _ = attn(x)
+    y1, c1 = attn(x[:, :5])
+    y2, c2 = attn(x[:, 5:6], c1)
+    y3, _ = attn(x[:, 6:7], c2)
+    return (matches(full, _reference_attention(x.double(), w_qkv, w_proj, heads), 1e-4, 1e-5)
+            and matches(torch.cat([y1, y2, y3], dim=1), full, 1e-4, 1e-5))
+
+
+def _rope_first(attns, head_dim: int):
+    return ("your RotaryEmbedding fails day14_rope_convention",
+            lambda: all(_rope_right(a.rope, head_dim) for a in attns))
+
+
 def check_cached_attention_matches_full(CachedCausalSelfAttention) -> None:
     """Prefill 5 then decode 1 + 1 == one full causal pass over 7 tokens; caches 5, 6, 7."""
     d, heads, max_len = 24, 3, 16
@@ -223,6 +259,12 @@ def check_cached_attention_matches_full(CachedCausalSelfAttention) -> None:
         attn.qkv.weight.copy_(w_qkv)
         attn.proj.weight.copy_(w_proj)
     x = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
+    with upstream(_rope_first([attn], d // heads)):
+        _cached_values(attn, x, w_qkv, w_proj, heads)
+
+
+def _cached_values(attn, x, w_qkv, w_proj, heads) -> None:
+    d = x.shape[-1]
     expected = _reference_attention(x, w_qkv, w_proj, heads)
     with torch.no_grad():
         out = call(attn, x, name="attention over 7 tokens without a cache")
@@ -314,6 +356,18 @@ def check_modern_gpt_cache(ModernGPT) -> None:
     torch.manual_seed(55)
     model = expect_module(ModernGPT, vocab, d_model=32, num_heads=4, num_layers=2, max_len=16,
                           d_ff=40).double().eval()
+    attns = [b.attn for b in getattr(model, "blocks", [])]
+    with upstream(_rope_first(attns, 8),
+                  ("your CachedCausalSelfAttention fails day14_cached_attention_matches_full",
+                   lambda: all(_cache_right(a, 4) for a in attns))):
+        _model_cache(model, vocab)
+    small = expect_module(ModernGPT, 11, d_model=16, num_heads=2, num_layers=1, max_len=8,
+                          d_ff=24).eval()
+    tokens = torch.randint(0, 11, (2, 6), generator=rng(57))
+    check_runs_on_any_device(in_kernel(LogitsOnly, small), lambda: (tokens,), "ModernGPT")
+
+
+def _model_cache(model, vocab) -> None:
     g = rng(56)
     idx = torch.randint(0, vocab, (2, 8), generator=g)
     with torch.no_grad():
@@ -336,10 +390,6 @@ def check_modern_gpt_cache(ModernGPT) -> None:
     got = torch.cat([l1, l2, l3], dim=1)
     compare(got, full, "logits from prefill + cached decoding", rtol=1e-6, atol=1e-7,
             hint="pass cache[i] to block i and return the list of the blocks' new caches.")
-    small = expect_module(ModernGPT, 11, d_model=16, num_heads=2, num_layers=1, max_len=8,
-                          d_ff=24).eval()
-    tokens = torch.randint(0, 11, (2, 6), generator=rng(57))
-    check_runs_on_any_device(in_kernel(LogitsOnly, small), lambda: (tokens,), "ModernGPT")
 
 
 # --------------------------------------------------------------------------- cached generation
