@@ -141,7 +141,8 @@ _HINTS: list[tuple[str, str]] = [
     ),
     (
         r"'float' object cannot be interpreted as an integer|"
-        r"received an invalid combination of arguments.*float",
+        r"received an invalid combination of arguments.*float|"
+        r"must be tuple of ints,\s*but got float",
         "a size became a float: use integer division `//` (for example d_k = d_model // "
         "num_heads), not `/`.",
     ),

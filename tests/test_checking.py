@@ -88,3 +88,12 @@ def test_quiet_keeps_warnings_off_stderr(capfd):
     with quiet():
         warnings.warn("deprecated thing", UserWarning, stacklevel=1)
     assert "deprecated thing" not in capfd.readouterr().err
+
+
+def test_a_float_size_in_view_gets_the_integer_division_hint():
+    """view(B, T, H, d_model / H) fails with 'type must be tuple of ints,but got float'."""
+    from course.checking import _hint_for
+
+    exc = TypeError("view(): argument 'size' failed to unpack the object at pos 4 with error "
+                    "\"type must be tuple of ints,but got float\"")
+    assert "integer division" in _hint_for(exc)

@@ -242,13 +242,16 @@ def test_a_wrong_causal_mask_costs_its_own_test_only(root, check, name):
     (DAY14, "x1, x2 = x[..., :half], x[..., half:]", "x2, x1 = x[..., :half], x[..., half:]",
      "check_cached_attention_matches_full", "CachedCausalSelfAttention",
      "This fails because your RotaryEmbedding fails day14_rope_convention: fix that first."),
+    ("day13_training_tinygpt", "data[i + 1 : i + block_size + 1]", "data[i : i + block_size]",
+     "check_train_learns", "train, get_batch",
+     "This fails because your get_batch fails day13_get_batch_shift"),
 ])
 def test_a_downstream_failure_names_the_upstream_part(root, day, find, replace, check, name,
                                                       words):
     """A model test that fails because a part it is built on fails that part's own test
     says so first; with the answer key's parts it does not."""
     ns = _solution_namespace(root, day, (find, replace))
-    v = _verdict(ns, day[:5], check, name)
+    v = _verdict(ns, day[:5], check, *name.split(", "))
     assert not v.passed and v.message.startswith(words), v.message
-    right = _verdict(_solution_namespace(root, day), day[:5], check, name)
+    right = _verdict(_solution_namespace(root, day), day[:5], check, *name.split(", "))
     assert right.passed, right.message

@@ -12,7 +12,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, expect_tensor, rng, trusted_tinyshakespeare
+from autograder.checks import (
+    CheckFailure,
+    call,
+    expect_tensor,
+    rng,
+    trusted_tinyshakespeare,
+    upstream,
+)
 from course.checking import generator, in_kernel, note_value_checked, record, twin
 from course.probes import FixedLogits, Recorder, predict, seeded
 from course.standins import TinyGPT as ReferenceTinyGPT
@@ -106,6 +113,18 @@ def check_get_batch_shift(get_batch) -> None:
     if not torch.equal(a, b):
         raise CheckFailure("two calls with generators of the same seed gave different batches: "
                            "pass generator=generator to torch.randint.")
+
+
+def _get_batch_first(get_batch):
+    """``upstream`` for a check of training that uses the learner's ``get_batch``."""
+    def right() -> bool:
+        data = torch.arange(50)
+        x, y = get_batch(data, 4, 5, generator=generator(33))
+        return bool(torch.equal(torch.as_tensor(y), torch.as_tensor(x) + 1))
+    parts = [] if get_batch is None else [
+        ("your get_batch fails day13_get_batch_shift (the targets must be the inputs shifted "
+         "by one)", right)]
+    return upstream(*parts)
 
 
 # --------------------------------------------------------------------------- loss
@@ -228,8 +247,15 @@ def _lr_phases(got: dict, args: tuple) -> str:
 # --------------------------------------------------------------------------- training
 
 
-def check_train_learns(train) -> None:
-    """60 steps on a periodic toy corpus: history shape, and val loss far below ln(V)."""
+def check_train_learns(train, get_batch=None) -> None:
+    """60 steps on a periodic toy corpus: history shape, and val loss far below ln(V).
+
+    With ``get_batch``, a failure caused by a wrong ``get_batch`` says so first."""
+    with _get_batch_first(get_batch):
+        _train_learns(train)
+
+
+def _train_learns(train) -> None:
     torch.manual_seed(37)
     vocab = 7
     local = ReferenceTinyGPT(vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
@@ -266,13 +292,19 @@ def check_train_learns(train) -> None:
     note_value_checked()
 
 
-def check_training_result(history, model) -> None:
+def check_training_result(history, model, get_batch=None) -> None:
     """The notebook's trained model, scored here: validation loss below 3.2 (ln 65 = 4.17).
 
     The loss is measured by the judge on windows of its own copy of Tiny Shakespeare's
     validation split (the last 10%, characters numbered in sorted order); only the model's
-    logits come from the kernel. The notebook's history is read for the message only.
+    logits come from the kernel. The notebook's history is read for the message only. With
+    ``get_batch``, a failure caused by a wrong ``get_batch`` says so first.
     """
+    with _get_batch_first(get_batch):
+        _training_result(history, model)
+
+
+def _training_result(history, model) -> None:
     if not isinstance(history, dict) or "val_loss" not in history or not history["val_loss"]:
         raise CheckFailure("the training cell produced no history['val_loss'].")
     vals = [float(v) for v in history["val_loss"]]
