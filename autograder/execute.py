@@ -66,6 +66,7 @@ class GuardedExecute(Execute):
         self._judge_client = None
         self._judge_pool = None
         self._judge_error = ""
+        self._hidden_sources = [c.source for c in nb.cells if _is_test_cell(c)]
         try:
             return super().preprocess(nb, resources, km)
         finally:
@@ -163,7 +164,7 @@ class GuardedExecute(Execute):
         self._judge_client = self._make_judge_client()
         self._judge_client.kernel_info(reply=True, timeout=60)  # the connection is made
         # Then, in the judge's thread while the kernel runs the first cells: one-off imports.
-        self._judge_pool.submit(_warm_up_judge)
+        self._judge_pool.submit(_warm_up_judge, self._hidden_sources)
 
     async def _judge_cell(self, cell: NotebookNode) -> NotebookNode:
         """Judge a hidden test cell in this (trusted) process; the kernel only answers the
@@ -307,10 +308,10 @@ class GuardedExecute(Execute):
         return out
 
 
-def _warm_up_judge() -> None:
+def _warm_up_judge(hidden_sources: list[str]) -> None:
     from autograder.judge import warm_up  # imports torch: off the notebook's critical path
 
-    warm_up()
+    warm_up(hidden_sources)
 
 
 def _msg_size(msg: dict) -> int:

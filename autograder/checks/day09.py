@@ -18,6 +18,11 @@ from autograder.checks import CheckFailure, call, compare, expect_tensor, rng, t
 from course.checking import in_kernel, note_value_checked, record, twin
 from course.probes import DropoutProbe, TrainingProbe, predict, step_schedule
 
+# check_train_one_epoch trains its reference model here: the judge's warm-up takes one
+# optimizer step (PyTorch's first step() imports its compiler stack, about a second).
+JUDGE_STEPS_OPTIMIZERS = True
+
+
 # --------------------------------------------------------------------------------- schedule
 
 
