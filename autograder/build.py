@@ -113,8 +113,34 @@ def _run_converter(converter_cls, config, assignment_id: str, student_id: str = 
     coursedir.student_id = student_id
     converter = converter_cls(coursedir=coursedir, config=config)
     converter.log.setLevel(logging.ERROR)
-    with _quiet_logs():
-        converter.start()
+    errors = _ErrorLog()
+    converter.log.addHandler(errors)
+    try:
+        with _quiet_logs():
+            converter.start()
+    except Exception as exc:
+        # nbgrader logs what went wrong and raises "Please see the above traceback": keep
+        # the logged error with the exception, so the result's detail says what it was.
+        if errors.last:
+            raise PipelineError(f"{exc} {errors.last[-800:]}") from exc
+        raise
+    finally:
+        converter.log.removeHandler(errors)
+
+
+class _ErrorLog(logging.Handler):
+    """Keeps the last ERROR a converter logged, preferring one with a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage() + (
+            "\n" + logging.Formatter().formatException(record.exc_info)
+            if record.exc_info else "")
+        if "Traceback" in text or "Traceback" not in self.last:  # the traceback is the news
+            self.last = text
 
 
 def generate(root: Path, days: list[str], db_path: Path, solutions: bool = True,

@@ -228,7 +228,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     except Exception as exc:  # noqa: BLE001
         log = _tail(private / "kernel.log")
         return done("environment-error",
-                    detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:400]}"
+                    detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:1200]}"
                            + (f"; kernel log: {log}" if log else ""))
     finally:
         if settings.get("cgroup_parent"):

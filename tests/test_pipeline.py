@@ -122,3 +122,21 @@ def test_grading_template_is_made_once_per_course_version(root, tmp_path, monkey
     assert pipeline.template_cache(root, [day]) == first and len(made) == 1
     monkeypatch.setattr(pipeline, "course_fingerprint", lambda r, d: "another version")
     assert pipeline.template_cache(root, [day]) != first and len(made) == 2
+
+
+def test_a_converter_failure_keeps_the_traceback_nbgrader_logged():
+    """nbgrader logs the traceback, then raises "Please see the above traceback": the error
+    kept for the result's detail is the traceback, not the summary after it."""
+    import logging
+
+    from autograder.build import _ErrorLog
+
+    errors, log = _ErrorLog(), logging.getLogger("tfs-test-converter")
+    log.addHandler(errors)
+    try:
+        1 / 0  # noqa: B018 - the failure nbgrader would log
+    except ZeroDivisionError:
+        log.error("There was an error processing assignment", exc_info=True)
+    log.error("Please see the above traceback for details.")
+    log.removeHandler(errors)
+    assert "ZeroDivisionError" in errors.last
