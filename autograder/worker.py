@@ -194,9 +194,9 @@ def grade_one(job: dict) -> dict:
     config.GuardedExecute.interrupt_on_timeout = True
     config.GuardedExecute.raise_on_iopub_timeout = False
     config.GuardedExecute.iopub_timeout = 15
-    # The kernel is disposable: kill it when the notebook is done instead of asking it to
-    # shut down and waiting (a graceful shutdown cost about 0.9 s per notebook).
-    config.GuardedExecute.shutdown_kernel = "immediate"
+    # A graceful shutdown costs about 0.9 s per notebook; "immediate" (kill the disposable
+    # kernel) saved it, but in two full-suite runs the memhog robustness case then ended in
+    # environment-error (not reproduced alone). Kept graceful until that is understood.
     # widget state (comm messages) counts against the same output budget as everything else
     config.KernelManager.transport = "ipc"
     execute.reset_events()
