@@ -80,19 +80,7 @@ class GuardedExecute(Execute):
         if self._judge_pool is not None:
             await asyncio.get_running_loop().run_in_executor(self._judge_pool,
                                                              self._close_judge_client)
-        km = self.km
-        try:
-            await super()._async_cleanup_kernel()
-        except Exception as exc:  # noqa: BLE001 - the notebook's results are already in
-            # The kernel is disposable and the cells have run: a failure to stop it (a
-            # process already gone, a socket file the sandbox removed) must not lose the
-            # notebook. Make sure it is dead and go on.
-            self.log.warning("stopping the kernel failed (%s); killing it", exc)
-            process = getattr(getattr(km, "provisioner", None), "process", None)
-            if process is not None and process.poll() is None:
-                process.kill()
-            self.kc = None
-            self.km = None
+        await super()._async_cleanup_kernel()
 
     _cleanup_kernel = run_sync(_async_cleanup_kernel)
 

@@ -119,26 +119,20 @@ def parse_hidden_cell(source: str) -> HiddenCall:
                       {k.arg: _arg(k.value) for k in call.keywords if k.arg})
 
 
-def warm_up(hidden_sources: list[str] | None = None) -> None:
+def warm_up(hidden_sources: list[str]) -> None:
     """Pay this process's one-off costs before the first hidden test, while the kernel runs
-    the notebook's first cells: import the check modules the hidden cells call (all of
-    them without ``hidden_sources``) and, when one of them steps an optimizer here
-    (``JUDGE_STEPS_OPTIMIZERS``), take one step: PyTorch imports its compiler stack on the
-    first ``step()``, about a second, which no other day needs to pay."""
-    import pkgutil
-
-    import autograder.checks as checks
+    the notebook's first cells: import the check modules the hidden cells call and, when
+    one of them steps an optimizer here (``JUDGE_STEPS_OPTIMIZERS``), take one step:
+    PyTorch imports its compiler stack on the first ``step()``, about a second, which no
+    other day needs to pay."""
     import course.probes  # noqa: F401
 
-    if hidden_sources is None:
-        names = [f"{CHECKS_PACKAGE}.{info.name}" for info in pkgutil.iter_modules(checks.__path__)]
-    else:
-        names = []
-        for source in hidden_sources:
-            try:
-                names.append(parse_hidden_cell(source).module)
-            except NotJudgeable:
-                continue
+    names = []
+    for source in hidden_sources:
+        try:
+            names.append(parse_hidden_cell(source).module)
+        except NotJudgeable:
+            continue
     modules = [importlib.import_module(name) for name in dict.fromkeys(names)]
     if not any(getattr(m, "JUDGE_STEPS_OPTIMIZERS", False) for m in modules):
         return
