@@ -142,11 +142,15 @@ LIMIT_NOTES = [
 ]
 
 
+# What a kernel that ran out of memory writes (lower case).
+MEMORY_WORDS = ("can't allocate memory", "cannot allocate memory", "not enough memory",
+                "out of memory", "std::bad_alloc", "memoryerror")
+
+
 def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                  ) -> tuple[str, list[str]]:
     """The status of a notebook that nbgrader executed, and the reasons behind it."""
-    mem_words = ("can't allocate memory", "cannot allocate memory", "not enough memory",
-                 "out of memory", "std::bad_alloc", "memoryerror")
+    mem_words = MEMORY_WORDS
     mem = []
     for cell in graded.cells:
         for out in cell.get("outputs", []):

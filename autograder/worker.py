@@ -21,6 +21,7 @@ import nbformat
 from autograder.build import _run_converter, load_config, notebook_name
 from autograder.records import Result
 from autograder.score import (
+    MEMORY_WORDS,
     _gate,
     _own_code,
     _status_from,
@@ -227,6 +228,12 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
         _run_converter(Autograde, config, day, student)
     except Exception as exc:  # noqa: BLE001
         log = _tail(private / "kernel.log")
+        if any(w in log.lower() for w in MEMORY_WORDS):
+            # The submission exhausted its kernel's memory and grading could not finish (seen
+            # with the memhog robustness case under a loaded machine): the submission's
+            # outcome, for review, not a failure of the machinery to retry.
+            return done("memory-limit", detail="hit the memory limit, then grading could not "
+                        f"finish: {type(exc).__name__}: {str(exc)[:1200]}; kernel log: {log}")
         return done("environment-error",
                     detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:1200]}"
                            + (f"; kernel log: {log}" if log else ""))
