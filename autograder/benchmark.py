@@ -89,16 +89,41 @@ def cpu_seconds() -> float:
 
 
 def selfcheck_times(root: Path, days: list[str]) -> None:
-    """Wall seconds of ``python -m autograder selfcheck`` on each day's answer key."""
+    """Wall seconds of a self-check of each day's answer key, both ways a learner runs one:
+    ``python -m autograder selfcheck`` (cold), and the notebook's button, whose standby
+    (``selfcheck --standby``) is ready before the click: from "go" to the report's last line."""
+    from autograder.standby import READY, SENTINEL
+
     for day in days:
         pipeline.template_cache(root, [day])
         nb = root / "solutions" / day / pipeline.notebook_name(day)
         t0 = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "autograder", "selfcheck", str(nb),
                               "--no-save"], cwd=root, capture_output=True, text=True)
-        wall = time.monotonic() - t0
+        cold = time.monotonic() - t0
         last = (out.stdout.strip().splitlines() or ["(no output)"])[-1]
-        print(f"selfcheck {day}: {wall:.1f} s  ({last})", flush=True)
+        proc = subprocess.Popen([sys.executable, "-m", "autograder", "selfcheck", "--standby",
+                                 "--no-save", str(nb)], cwd=root, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        t_start = time.monotonic()
+        ready = proc.stdout.readline().strip() == READY.strip()
+        t_ready = time.monotonic()
+        time.sleep(1.0)              # the standby's own start-up has settled (as after a Run All)
+        t0 = time.monotonic()
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+        warm, report = None, []
+        for line in proc.stdout:
+            if line.startswith(SENTINEL):
+                warm = time.monotonic() - t0
+                break
+            report.append(line)
+        proc.wait()
+        warm_text = f"{warm:.1f} s" if warm is not None and ready else "failed"
+        total = next((x.strip() for x in reversed(report) if x.startswith("Total")), "")
+        print(f"selfcheck {day}: cold {cold:.1f} s  ({last}); button {warm_text} "
+              f"(standby ready {t_ready - t_start:.1f} s before; {total[:40]})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,9 @@
   (``autograder.judge``), which asks the kernel only to run the learner's code on inputs it
   chose and reads the results back as data.
 
-What happened is recorded in ``EVENTS`` (one notebook per process at a time).
+What happened is recorded in ``EVENTS`` (one notebook per process at a time). A kernel started
+before the notebook arrived (:mod:`autograder.standby`) is handed over in ``PRESTARTED``: the next
+notebook runs in it, and it is killed when that notebook is done, like any other.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from traitlets import Integer
 from autograder.kernel_manager import GradingKernelManager
 
 EVENTS: dict = {}
+PRESTARTED: list = []   # kernel managers whose kernel is running and has run nothing yet
 # The first words of the notice the kernel's start-up script (kernel_startup.STARTUP) prints when it
 # starts dropping output at the source.
 KERNEL_CAP_NOTICE = "[output truncated: more than"
@@ -67,9 +70,14 @@ class GuardedExecute(Execute):
         self._judge_pool = None
         self._judge_error = ""
         self._hidden_sources = [c.source for c in nb.cells if _is_test_cell(c)]
+        prestarted = km is None and bool(PRESTARTED)
+        if prestarted:
+            km = PRESTARTED.pop()
         try:
             return super().preprocess(nb, resources, km)
         finally:
+            if prestarted and self.km is not None:
+                self._cleanup_kernel()   # nbclient stops only the kernels it started
             if self._judge_pool is not None:
                 self._judge_pool.submit(self._close_judge_client).result()
                 self._judge_pool.shutdown()
@@ -210,6 +218,9 @@ class GuardedExecute(Execute):
 
         ctx = zmq.Context()
         ctx.setsockopt(zmq.RECONNECT_IVL, -1)
+        # A dead kernel is never reconnected to, and a send with no peer would block forever:
+        # every send gives up after a second, and the transport then asks why.
+        ctx.setsockopt(zmq.SNDTIMEO, 1000)
         ctx.setsockopt(zmq.MAXMSGSIZE, 256 * 1024 * 1024)
         bc = BlockingKernelClient(context=ctx)
         bc.load_connection_info(self.km.get_connection_info(session=False))
@@ -227,11 +238,27 @@ class GuardedExecute(Execute):
         process = getattr(self.km.provisioner, "process", None)
         b64 = re.compile(r"'([A-Za-z0-9+/=]*)'")
 
+        def check_alive_and_in_time() -> float:
+            left = deadline - monotonic()
+            if left <= 0:
+                raise JudgeError("timed out: the learner's code ran past the cell's time "
+                                 "limit", stopped="timeout")
+            if process is not None and process.poll() is not None:
+                raise JudgeError("the kernel died while the judge waited", stopped="died")
+            return left
+
         def transport(payload: str) -> str:
+            import zmq
+
             bc = self._judge_client
             expr = f"__import__('course.agent', fromlist=['handle']).handle('{payload}')"
-            msg_id = bc.execute("", silent=True, store_history=False, allow_stdin=False,
-                                user_expressions={"r": expr})
+            while True:
+                try:
+                    msg_id = bc.execute("", silent=True, store_history=False,
+                                        allow_stdin=False, user_expressions={"r": expr})
+                    break
+                except zmq.Again:       # nobody took the request within the send timeout
+                    check_alive_and_in_time()
             while True:
                 left = deadline - monotonic()
                 if left <= 0:

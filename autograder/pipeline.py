@@ -136,6 +136,7 @@ def grade(
     dask_scheduler: str | None = None,
     progress=None,
     collect_problems: list[str] | None = None,
+    runner=None,
 ) -> list[Result]:
     """Autograde every (student, day) under ``submissions``; never abort on one bad notebook.
 
@@ -150,6 +151,8 @@ def grade(
     ``dask_scheduler``: send each submission to that Dask cluster instead of local workers.
     ``progress``: called with each Result as it arrives. ``collect_problems``: gets the files
     of a zip that could not be filed under one student unambiguously (left ungraded).
+    ``runner(template, jobs)``: yields each job's result instead of local workers
+    (:class:`autograder.standby.Standby` grades in a kernel it started ahead of time).
     """
     days = resolve_days(root, days)
     if work is None:
@@ -218,7 +221,10 @@ def grade(
         lim = settings["limits"]
         with tempfile.TemporaryDirectory(prefix="tfs-grade-") as tmp:
             template = template_cache(root, days)
-            if dask_scheduler:
+            if runner is not None:
+                for data in runner(template, todo):
+                    record(data)
+            elif dask_scheduler:
                 from autograder.distributed import grade_on_cluster
 
                 for data in grade_on_cluster(dask_scheduler, template, todo):

@@ -10,6 +10,7 @@ diagnosis of every test, and stores the points in the learner's progress file
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import shutil
 import tempfile
@@ -171,8 +172,11 @@ def format_report(result: pipeline.Result, tests: dict[str, TestInfo], notebook:
 
 
 def selfcheck(notebook: Path, root: Path | None = None, save: bool = True,
-              echo: bool = True) -> Report:
+              echo: bool = True, runner=None) -> Report:
     """Grade ``notebook`` with its day's hidden tests; print and return the report.
+
+    ``runner``: grades the job instead of a worker process (see ``pipeline.grade``); the
+    standby (:mod:`autograder.standby`) passes its kernel started ahead of time.
 
     Raises:
         PipelineError: for a missing notebook or one that belongs to no day of the course.
@@ -191,7 +195,8 @@ def selfcheck(notebook: Path, root: Path | None = None, save: bool = True,
         copy.parent.mkdir(parents=True)
         shutil.copy2(notebook, copy)
         results = pipeline.grade(root, Path(tmp) / "submitted", days=[day], jobs=1,
-                                 work=[(STUDENT, day, copy)], **_grade_options())
+                                 work=[(STUDENT, day, copy)], runner=runner,
+                                 **_grade_options())
     result = results[0]
     seconds = time.monotonic() - t0
     path = None
@@ -216,11 +221,20 @@ def show_progress(start: Path | None = None) -> str:
 # --------------------------------------------------------------------------- CLI
 
 
-def _cmd_selfcheck(args) -> int:
-    report = selfcheck(args.notebook, root=args.root, save=not args.no_save)
+def exit_status(report: Report) -> int:
+    """0: full marks, 1: some points lost, 2: not graded."""
     if report.result.status != "graded":
         return 2
     return 0 if report.full_marks else 1
+
+
+def _cmd_selfcheck(args) -> int:
+    if args.standby:
+        from autograder.standby import serve
+
+        code = serve(args.notebook, root=args.root, save=not args.no_save)
+        os._exit(code)           # skip the interpreter's finalisation (PyTorch is loaded)
+    return exit_status(selfcheck(args.notebook, root=args.root, save=not args.no_save))
 
 
 def _cmd_progress(args) -> int:
@@ -236,6 +250,9 @@ def add_learner_commands(sub, add_common) -> None:
     p.add_argument("notebook", type=Path, help="e.g. release/day04_multi_head_attention/"
                    "day04_multi_head_attention.ipynb")
     p.add_argument("--no-save", action="store_true", help="do not record the points")
+    p.add_argument("--standby", action="store_true",
+                   help="get ready now, grade when 'go' arrives on stdin (the notebook's "
+                        "Self-check button starts one ahead of time)")
     p.set_defaults(func=_cmd_selfcheck)
 
     p = sub.add_parser("progress", help="your points per day, from your latest self-checks")

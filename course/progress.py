@@ -7,7 +7,9 @@ From inside a notebook (one line, anywhere)::
 grades the *saved* notebook with the hidden tests — offline, on a copy, without writing anything
 into it — and prints, per exercise, the points, pass or fail and the diagnosis. It runs
 ``python -m autograder selfcheck <notebook>`` in a separate process, so the notebook's kernel
-keeps its state. And::
+keeps its state. The "Self-check" button (:func:`selfcheck_button`) starts that process ahead of
+time (``--standby``): it gets ready while the learner works and grades the moment the button is
+pressed. And::
 
     from course.progress import show_progress; show_progress()
 
@@ -247,8 +249,60 @@ def _current_notebook(notebook: str | os.PathLike | None) -> Path:
         "selfcheck('day04_multi_head_attention.ipynb')")
 
 
+_STANDBY: dict[str, subprocess.Popen] = {}     # notebook path -> its waiting self-check
+_SENTINEL = "\x1eexit "                           # the standby's last line: its exit status
+
+
+def _grader_env() -> dict:
+    env = dict(os.environ)
+    env.pop("MPLBACKEND", None)         # the kernel's inline backend is not for the grader
+    return env
+
+
+def _start_standby(path: Path) -> None:
+    """Start, in the background, a self-check of ``path`` that waits for the click.
+
+    ``python -m autograder selfcheck --standby`` gets everything ready (nbgrader, the checks, a
+    kernel with PyTorch imported) and grades when told to: the report then comes in a few
+    seconds instead of ten or more. It holds a few hundred MB while it waits and ends with
+    this kernel (its input closes). ``COURSE_SELFCHECK_STANDBY=0`` turns it off.
+    """
+    if os.environ.get("NBGRADER_EXECUTION") or \
+            os.environ.get("COURSE_SELFCHECK_STANDBY", "1").strip() == "0":
+        return
+    old = _STANDBY.get(str(path))
+    if old is not None and old.poll() is None:
+        return
+    try:
+        _STANDBY[str(path)] = subprocess.Popen(
+            [sys.executable, "-m", "autograder", "selfcheck", "--standby", str(path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=_grader_env(), cwd=str(path.parent))
+    except OSError:
+        _STANDBY.pop(str(path), None)   # the click then grades the usual way
+
+
+def _take_standby(path: Path) -> subprocess.Popen | None:
+    """The waiting self-check of ``path``, told to grade now; None when there is none."""
+    proc = _STANDBY.pop(str(path), None)
+    if proc is None or proc.poll() is not None:
+        return None
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+    except (OSError, ValueError):
+        proc.kill()
+        return None
+    return proc
+
+
 def selfcheck(notebook: str | os.PathLike | int | None = None, timeout: float = 900) -> int | None:
     """Grade the saved notebook with the hidden tests and print what to fix.
+
+    Grading happens in another process (``python -m autograder selfcheck``); when one is
+    already waiting for this notebook (see :func:`_start_standby`) it grades at once, and
+    afterwards the next one is started for the next check.
 
     Args:
         notebook: the notebook's path or day number; default: the notebook this kernel runs.
@@ -267,27 +321,41 @@ def selfcheck(notebook: str | os.PathLike | int | None = None, timeout: float = 
         print(f"selfcheck: {exc}")
         return 2
     saved = dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%H:%M:%S")
+    proc = _take_standby(path)
     print(f"Grading the last saved version of {path.name} (saved at {saved}); save first "
-          "(Ctrl+S) to include your latest edits. This takes about half a minute.", flush=True)
-    env = dict(os.environ)
-    env.pop("MPLBACKEND", None)         # the kernel's inline backend is not for the grader
-    cmd = [sys.executable, "-m", "autograder", "selfcheck", str(path)]
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, cwd=str(path.parent))
-    except OSError as exc:
-        print(f"selfcheck: could not start the grader: {exc}")
-        return 2
+          "(Ctrl+S) to include your latest edits. "
+          + ("This takes a few seconds." if proc else "This takes about ten seconds."),
+          flush=True)
+    if proc is None:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "autograder", "selfcheck", str(path)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env=_grader_env(), cwd=str(path.parent))
+        except OSError as exc:
+            print(f"selfcheck: could not start the grader: {exc}")
+            return 2
     assert proc.stdout is not None
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
+    rc = None
     try:
         for line in proc.stdout:
+            if line.startswith(_SENTINEL):
+                rc = int(line[len(_SENTINEL):].strip() or 2)
+                break
+            if line.startswith("\x1e"):
+                continue                # the standby's other protocol lines ("ready")
             print(line, end="", flush=True)
-        rc = proc.wait()
-        if rc < 0:
-            print(f"selfcheck: stopped after {timeout:.0f} s")
-            return 2
+        if rc is None:
+            rc = proc.wait()
+            if rc < 0:
+                print(f"selfcheck: stopped after {timeout:.0f} s")
+                return 2
+        else:
+            # the standby cleans up after its report: reap it in the background
+            threading.Thread(target=proc.wait, daemon=True).start()
+        _start_standby(path)
         return rc
     except KeyboardInterrupt:
         proc.kill()
@@ -300,6 +368,9 @@ def selfcheck(notebook: str | os.PathLike | int | None = None, timeout: float = 
 def selfcheck_button(notebook: str | os.PathLike | int | None = None):
     """A "Self-check" button for the top or bottom of a notebook; the report appears below it.
 
+    Showing the button starts a self-check of the notebook that waits for the click (see
+    :func:`_start_standby`), so that the report comes in seconds.
+
     Returns the ipywidgets box (show it as the last line of a cell), or None while nbgrader
     grades (there is nobody to click it then).
     """
@@ -309,7 +380,11 @@ def selfcheck_button(notebook: str | os.PathLike | int | None = None):
 
     button = w.Button(description="Self-check", icon="check", button_style="info",
                       tooltip="grade the saved notebook with the hidden tests "
-                              "(about half a minute; save first)")
+                              "(a few seconds; save first)")
+    try:
+        _start_standby(_current_notebook(None if notebook is None else str(notebook)))
+    except FileNotFoundError:
+        pass                            # the click says which notebook it could not find
     out = w.Output()
 
     def run(_) -> None:

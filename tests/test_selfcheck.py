@@ -91,3 +91,88 @@ def test_one_bug_is_diagnosed_and_progress_saved(root, tmp_path, capsys):
 
     assert main(["progress", str(tmp_path / "my-course")]) == 0
     assert "6/8" in capsys.readouterr().out
+
+
+def _buggy_day2(root, tmp_path):
+    folder = tmp_path / "my-course" / DAY2
+    folder.mkdir(parents=True)
+    nb_path = folder / f"{DAY2}.ipynb"
+    shutil.copy2(root / "solutions" / DAY2 / f"{DAY2}.ipynb", nb_path)
+    nb = nbformat.read(str(nb_path), as_version=4)
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            cell.source = cell.source.replace('masked_fill(~mask, float("-inf"))',
+                                              "masked_fill(~mask, 0.0)")
+    nbformat.write(nb, str(nb_path))
+    return nb_path
+
+
+def _standby_processes(marker: str = "tfs-standby-") -> dict[int, str]:
+    """Live processes whose command line names ``marker``: pid -> command line."""
+    from pathlib import Path
+
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found[int(proc.name)] = cmdline
+    return found
+
+
+def _standby(nb_path):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "autograder", "selfcheck", "--standby",
+                             str(nb_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=str(nb_path.parent))
+
+
+def _wait_for_kernel(proc, seconds: float = 120) -> tuple[set[int], str]:
+    """The standby's kernel processes and its folder, once its kernel has started."""
+    import re
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        for pid, cmdline in _standby_processes().items():
+            m = re.search(r"(/[^\x00]*?/tfs-standby-[^/\x00]+)/worker", cmdline)
+            if m and pid != proc.pid:
+                return set(_standby_processes(m.group(1))), m.group(1)
+        time.sleep(0.2)
+    raise AssertionError("the standby started no kernel")
+
+
+@pytest.mark.slow
+def test_standby_grades_like_selfcheck_and_leaves_nothing(root, tmp_path, capsys):
+    """Does a self-check made ready ahead of time (the button's standby) report exactly what
+    the usual self-check reports, give its exit status on the last line, and leave no
+    kernel behind? And does one that is never told to grade stop when its input closes?"""
+    from pathlib import Path
+
+    nb_path = _buggy_day2(root, tmp_path)
+    assert main(["selfcheck", "--no-save", str(nb_path)]) == 1
+    cold = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert any("✘ FAIL  0/2  day02_attention_mask" in line for line in cold)
+
+    proc = _standby(nb_path)
+    kernels, folder = _wait_for_kernel(proc)
+    out, _ = proc.communicate("go\n", timeout=300)
+    lines = out.rstrip("\n").split("\n")      # not splitlines(): it splits at \x1e too
+    assert lines[0] == "\x1eready" and lines[-1] == "\x1eexit 1"
+    assert [line for line in lines if line.startswith("  ")] == cold
+    assert "Total: 6/8 points (75%), 1 test to fix" in out
+    assert proc.returncode == 1
+    assert not set(_standby_processes(folder)) & kernels
+    assert not Path(folder).exists()
+
+    idle = _standby(nb_path)
+    kernels, folder = _wait_for_kernel(idle)
+    out, _ = idle.communicate("", timeout=120)
+    assert out == "\x1eready\n" and idle.returncode == 2
+    assert not set(_standby_processes(folder)) & kernels
+    assert not Path(folder).exists()
