@@ -57,7 +57,7 @@ def __tfs_setup():
         for _owner in (get_ipython().display_pub, get_ipython().displayhook):
             if hasattr(_owner, "register_hook"):
                 _owner.register_hook(_cap_rich)
-    # A kernel started ahead of time (autograder.standby) imports the heavy libraries now,
+    # A kernel started ahead of time (a self-check's standby) imports heavy libraries now,
     # before its notebook exists; into sys.modules only, never into the notebook's namespace.
     import importlib
     for name in filter(None, os.environ.pop("TFS_PREIMPORT", "").split(",")):

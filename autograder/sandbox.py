@@ -312,8 +312,24 @@ def _run_sandboxed(spec: Spec, cmd: list[str], private: Path) -> None:
     os._exit(code)
 
 
+def _die_with_parent() -> None:
+    """Be killed when the grading process that started us goes away (however it ends), so
+    that no kernel outlives its grader; kept across exec, so the unsandboxed kernel has it."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:   # it went away before the request took effect
+        os._exit(70)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _die_with_parent()
     spec_path, sep, *cmd = argv
     assert sep == "--" and cmd, "usage: python -m autograder.sandbox SPEC.json -- COMMAND..."
     spec = Spec(**json.loads(Path(spec_path).read_text()))

@@ -141,7 +141,11 @@ def _wait_for_kernel(proc, seconds: float = 120) -> tuple[set[int], str]:
     while time.monotonic() < deadline and proc.poll() is None:
         for pid, cmdline in _standby_processes().items():
             m = re.search(r"(/[^\x00]*?/tfs-standby-[^/\x00]+)/worker", cmdline)
-            if m and pid != proc.pid:
+            try:
+                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if m and ppid == proc.pid:        # this standby's kernel, not another's
                 return set(_standby_processes(m.group(1))), m.group(1)
         time.sleep(0.2)
     raise AssertionError("the standby started no kernel")
