@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import matplotlib.pyplot as plt
 import torch
 
+from course.profile import not_drawn_while_grading
 
+
+@not_drawn_while_grading
 def plot_softmax_saturation(softmax: Callable[..., torch.Tensor],
                             d_ks: Sequence[int] = (2, 8, 32, 128, 512), seq_len: int = 16,
                             trials: int = 200, seed: int = 0):
@@ -20,6 +22,8 @@ def plot_softmax_saturation(softmax: Callable[..., torch.Tensor],
 
     Returns the matplotlib Figure.
     """
+    import matplotlib.pyplot as plt
+
     g = torch.Generator().manual_seed(seed)
     raw, scaled = [], []
     for d_k in d_ks:
@@ -42,10 +46,13 @@ def plot_softmax_saturation(softmax: Callable[..., torch.Tensor],
     return fig
 
 
+@not_drawn_while_grading
 def plot_attention(weights: torch.Tensor, tokens_q: Sequence[str],
                    tokens_k: Sequence[str] | None = None, title: str = "Attention weights",
                    ax=None):
     """Heatmap of one (seq_q, seq_k) attention matrix: row i = where token i looks."""
+    import matplotlib.pyplot as plt
+
     w = weights.detach().cpu().float()
     if w.dim() != 2:
         raise ValueError(f"expected a (seq_q, seq_k) matrix, got shape {tuple(w.shape)}")
@@ -62,8 +69,11 @@ def plot_attention(weights: torch.Tensor, tokens_q: Sequence[str],
     return ax.figure
 
 
+@not_drawn_while_grading
 def plot_gradient_norms(norms: torch.Tensor, title: str = "Gradient reaching each input step"):
     """Log plot of ||d h_last / d x_t|| against t: the vanishing gradient of an RNN."""
+    import matplotlib.pyplot as plt
+
     n = norms.detach().cpu().double()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.semilogy(range(len(n)), n.clamp_min(1e-30).numpy(), "o-", color="#3b528b")

@@ -21,11 +21,11 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 
 from course.previous import load_previous
+from course.profile import not_drawn_while_grading
 from course.standins import TinyGPT as ReferenceTinyGPT
 
 __all__ = [
@@ -76,9 +76,12 @@ def _vocab_of(model: nn.Module) -> int:
     raise ValueError("pass vocab_size=: the model has no nn.Linear `head`")
 
 
+@not_drawn_while_grading
 def plot_causal_influence(model: nn.Module, seq_len: int = 16, vocab_size: int | None = None,
                           seed: int = 0):
     """Heatmap of :func:`causal_influence`: output position against changed input position."""
+    import matplotlib.pyplot as plt
+
     infl = causal_influence(model, seq_len, vocab_size, seed)
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
     im = ax.imshow(torch.log10(infl + 1e-12).numpy(), cmap="viridis", vmin=-12,
@@ -115,12 +118,15 @@ def load_tinygpt(notebook: str | Path | None = None, verbose: bool = True) -> ty
 # --------------------------------------------------------------------------- Day 13 figures
 
 
+@not_drawn_while_grading
 def plot_loss_curves(history: dict, title: str = "TinyGPT on Tiny Shakespeare",
                      vocab_size: int | None = 65):
     """Training and validation loss (nats per character) against the optimisation step.
 
     ``history`` holds lists ``step``, ``train_loss`` and ``val_loss`` of equal length.
     """
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.plot(history["step"], history["train_loss"], "o-", color="#3b528b", ms=3, label="train")
     ax.plot(history["step"], history["val_loss"], "s-", color="#5ec962", ms=3, label="validation")
@@ -135,6 +141,7 @@ def plot_loss_curves(history: dict, title: str = "TinyGPT on Tiny Shakespeare",
     return fig
 
 
+@not_drawn_while_grading
 def show_side_by_side(left: str, right: str, titles: Sequence[str] = ("before", "after"),
                       width: int = 48) -> None:
     """Print two texts as two columns (samples before and after training)."""
@@ -154,6 +161,7 @@ def show_side_by_side(left: str, right: str, titles: Sequence[str] = ("before", 
         print(f"{(a[i] if i < len(a) else ''):<{width}} | {b[i] if i < len(b) else ''}")
 
 
+@not_drawn_while_grading
 def plot_sampling_distribution(generate: Callable[..., torch.Tensor], logits: torch.Tensor,
                                settings: Sequence[dict], draws: int = 4000, seed: int = 0,
                                labels: Sequence[str] | None = None):
@@ -162,6 +170,8 @@ def plot_sampling_distribution(generate: Callable[..., torch.Tensor], logits: to
     A tiny model that always returns ``logits`` (shape (V,)) is sampled ``draws`` times for each
     dict of keyword arguments in ``settings`` (temperature, top_k, top_p).
     """
+    import matplotlib.pyplot as plt
+
     model = _FixedLogits(logits)
     vocab = logits.numel()
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -198,6 +208,7 @@ class _FixedLogits(nn.Module):
         return self.logits.expand(b, n, -1).clone()
 
 
+@not_drawn_while_grading
 def sampling_widget(model: nn.Module, tokenizer, generate: Callable[..., torch.Tensor],
                     prompt: str = "ROMEO:", max_new_tokens: int = 200):
     """Sliders for temperature, top-k and top-p and a button that regenerates with your code.
@@ -286,6 +297,7 @@ def attention_memory(module: nn.Module, seq_lens: Sequence[int], d_model: int,
     return rows
 
 
+@not_drawn_while_grading
 def plot_attention_memory(rows: Sequence[tuple[int, int, int]],
                           fused_rows: Sequence[tuple[int, int, int]] | None = None,
                           title: str | None = None):
@@ -294,6 +306,8 @@ def plot_attention_memory(rows: Sequence[tuple[int, int, int]],
     ``rows`` is a plain attention (it stores the N x N scores); ``fused_rows`` optionally a
     fused kernel measured the same way.
     """
+    import matplotlib.pyplot as plt
+
     n = torch.tensor([r[0] for r in rows], dtype=torch.float64)
     total = torch.tensor([r[1] for r in rows], dtype=torch.float64) / 2**20
     largest = torch.tensor([r[2] for r in rows], dtype=torch.float64) / 2**20

@@ -17,10 +17,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
+from course.profile import not_drawn_while_grading
 from course.standins import SequenceClassifier, evaluate, train_one_epoch, warmup_cosine_schedule
 
 __all__ = [
@@ -109,7 +109,7 @@ class LiveMonitor:
     ``monitor.log(step, train_loss=..., heldout_loss=..., heldout_accuracy=...)`` records
     values; names containing "loss" go on the left panel, the others (accuracies) on the
     right. In a live notebook the figure redraws at most every ``every_s`` seconds; under
-    nbgrader it is drawn once by :meth:`close`, which returns the figure.
+    nbgrader nothing is drawn (:meth:`close` returns None).
     """
 
     def __init__(self, title: str = "Training", xlabel: str = "epoch", every_s: float = 2.0):
@@ -127,6 +127,7 @@ class LiveMonitor:
             self._show()
 
     def _show(self):
+        import matplotlib.pyplot as plt
         from IPython.display import display
 
         fig = plot_curves(self.history, self.title, self.xlabel)
@@ -137,17 +138,23 @@ class LiveMonitor:
         plt.close(fig)
 
     def close(self):
-        """Draw the final figure (in place of the live one) and return it."""
+        """Draw the final figure (in place of the live one) and return it (None while
+        nbgrader grades: see :func:`course.profile.not_drawn_while_grading`)."""
         fig = plot_curves(self.history, self.title, self.xlabel)
-        if self._handle is not None:
+        if fig is not None and self._handle is not None:
+            import matplotlib.pyplot as plt
+
             self._handle.update(fig)
             plt.close(fig)
         return fig
 
 
+@not_drawn_while_grading
 def plot_curves(history: dict[str, Sequence[tuple[float, float]]], title: str = "Training",
                 xlabel: str = "epoch"):
     """Loss curves (left) and accuracy curves (right) from ``{name: [(step, value), ...]}``."""
+    import matplotlib.pyplot as plt
+
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
     colours = plt.cm.viridis([0.0, 0.45, 0.8, 0.95])
     for i, (name, points) in enumerate(sorted(history.items())):
@@ -177,10 +184,13 @@ def plot_curves(history: dict[str, Sequence[tuple[float, float]]], title: str = 
 # Figures
 # --------------------------------------------------------------------------------------------
 
+@not_drawn_while_grading
 def plot_digits(images: torch.Tensor, labels: torch.Tensor | None = None,
                 predictions: torch.Tensor | None = None, n: int = 16,
                 title: str = "MNIST digits", cols: int = 8):
     """A grid of the first ``n`` images (B, 28, 28) with their labels (and predictions)."""
+    import matplotlib.pyplot as plt
+
     n = min(n, len(images))
     rows = max(1, math.ceil(n / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(1.3 * cols, 1.5 * rows), squeeze=False)
@@ -198,9 +208,12 @@ def plot_digits(images: torch.Tensor, labels: torch.Tensor | None = None,
     return fig
 
 
+@not_drawn_while_grading
 def plot_confusion_matrix(labels: torch.Tensor, predictions: torch.Tensor,
                           num_classes: int = 10, title: str = "Confusion matrix (held-out)"):
     """Counts of (true, predicted) pairs; the diagonal is what the model gets right."""
+    import matplotlib.pyplot as plt
+
     counts = torch.zeros(num_classes, num_classes, dtype=torch.long)
     counts.index_put_((labels.long().cpu(), predictions.long().cpu()),
                       torch.ones(len(labels), dtype=torch.long), accumulate=True)
@@ -221,6 +234,7 @@ def plot_confusion_matrix(labels: torch.Tensor, predictions: torch.Tensor,
     return fig
 
 
+@not_drawn_while_grading
 def plot_cls_attention(images: torch.Tensor, cls_attention: torch.Tensor, patch_size: int,
                        title: str = "Where the CLS token looks (last layer, mean over heads)"):
     """Each image next to the CLS token's attention over its patches.
@@ -230,6 +244,8 @@ def plot_cls_attention(images: torch.Tensor, cls_attention: torch.Tensor, patch_
         cls_attention: (B, num_patches) weights of the CLS query over the patch keys.
         patch_size: side of a patch in pixels.
     """
+    import matplotlib.pyplot as plt
+
     images = images.detach().float().cpu().reshape(len(images), -1, images.shape[-1])
     B, H, W = images.shape
     grid = cls_attention.detach().float().cpu().reshape(B, H // patch_size, W // patch_size)

@@ -17,10 +17,11 @@ Every explorer shows itself when it is created and returns an :class:`Explorer` 
 (``explorer.update(head=2)`` moves a slider from code). Each update takes well under a second on
 a CPU: models run once per new input, slider moves only redraw.
 
-Without a widget front end — while nbgrader executes the notebook (``NBGRADER_EXECUTION``), in CI
-(``CI``), outside Jupyter, or with ``COURSE_WIDGETS=static`` — an explorer draws one static
-matplotlib figure with its default settings instead. ``COURSE_WIDGETS=interactive`` forces the
-widgets.
+Without a widget front end — in CI (``CI``), outside Jupyter, or with ``COURSE_WIDGETS=static`` —
+an explorer draws one static matplotlib figure with its default settings instead.
+``COURSE_WIDGETS=interactive`` forces the widgets. While nbgrader executes the notebook
+(``NBGRADER_EXECUTION``) an explorer draws nothing and returns None
+(:func:`course.profile.not_drawn_while_grading`).
 
 Figures follow the course's habits: a title, axis labels with units, viridis/cividis colours.
 This module holds no exercise answers: it only calls the functions and modules it is given.
@@ -38,10 +39,11 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import matplotlib
 import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from course.profile import not_drawn_while_grading
 
 __all__ = [
     "Explorer",
@@ -451,6 +453,7 @@ def word_vectors(words: Sequence[str], d_model: int) -> torch.Tensor:
     return torch.stack(rows).unsqueeze(0)                               # (1, T, d_model)
 
 
+@not_drawn_while_grading
 def attention_explorer(model: Callable, inputs: str | torch.Tensor,
                        labels: Sequence[str] | None = None, *, tokenizer: Any = None,
                        embed: Callable | None = None, mask: Any = None,
@@ -645,6 +648,7 @@ def attention_explorer(model: Callable, inputs: str | torch.Tensor,
 # --------------------------------------------------------------------------- scaling explorer
 
 
+@not_drawn_while_grading
 def scaling_explorer(softmax: Callable[..., torch.Tensor] | None = None, d_k: int = 64,
                      seq_len: int = 16, trials: int = 200, seed: int = 0,
                      interactive: bool | None = None) -> Explorer:
@@ -751,6 +755,7 @@ def _pe_matrix(pe: Any, max_len: int, d_model: int | None) -> torch.Tensor:
     return m
 
 
+@not_drawn_while_grading
 def positional_encoding_explorer(pe: Any, max_len: int = 64, d_model: int | None = None,
                                  position: int = 10, dim: int = 0,
                                  interactive: bool | None = None) -> Explorer:
@@ -856,6 +861,7 @@ def _call_generate(generate: Callable, model, idx, max_new_tokens, settings, see
         return generate(model, idx, max_new_tokens, **settings)
 
 
+@not_drawn_while_grading
 def sampling_explorer(model: nn.Module, tokenizer: Any, generate: Callable[..., torch.Tensor],
                       prompt: str = "ROMEO:", max_new_tokens: int = 60, draws: int = 2000,
                       shown: int = 20, temperature: float = 1.0, top_k: int = 0,
@@ -912,6 +918,8 @@ def sampling_explorer(model: nn.Module, tokenizer: Any, generate: Callable[..., 
         names = [_fmt_token(tokenizer.decode([int(t)])) for t in order]
         fig = _new_figure(static, (10.0, 3.6))
         ax = fig.subplots()
+        import matplotlib
+
         colors = matplotlib.colormaps["viridis"](0.15 + 0.7 * probs[order].numpy() /
                                                  float(probs[order].max()))
         xs = range(len(order))

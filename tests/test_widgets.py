@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import matplotlib
 import pytest
@@ -160,9 +161,11 @@ def test_attention_explorer_text_layers_heads_and_caption():
     assert weights.shape == (3, 3) and float(weights[0, 1]) == 0.0   # causal mask held
 
 
-def test_attention_explorer_digits_static_under_grading(monkeypatch):
-    """Under nbgrader, does a classifier on digits give one static figure and a prediction?"""
-    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+def test_attention_explorer_digits_static_without_frontend(monkeypatch):
+    """Without a widget front end, does a classifier on digits give one static figure and a
+    prediction?"""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("COURSE_WIDGETS", "static")
     torch.manual_seed(0)
 
     class RowClassifier(nn.Module):
@@ -316,3 +319,37 @@ def test_token_classifier_with_padding_mask_per_example():
     assert "<b>CLS</b>" in e.caption and "model prediction" in e.caption
     e.update(example=1)
     assert float(_images(e.figure)[0].get_array()[:, 4:].max()) > 0.0
+
+
+def test_nothing_is_drawn_while_nbgrader_grades(tmp_path):
+    """While nbgrader executes a notebook, do plots, explorers and the live monitor draw
+    nothing, run nothing of the learner's and leave matplotlib unimported (its figures would
+    never be shown: the grading kernel draws with the Agg backend)?"""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import torch
+from course import plots, textgen, training, widgets
+calls = []
+def softmax(x, dim=-1):
+    calls.append(1)
+    return torch.softmax(x, dim)
+assert plots.plot_softmax_saturation(softmax) is None
+assert plots.plot_attention(torch.eye(2), ["a", "b"]) is None
+assert widgets.scaling_explorer(softmax) is None
+assert widgets.attention_explorer(lambda x: x, "a b") is None
+assert textgen.plot_loss_curves({"train": [(0, 1.0)]}) is None
+assert training.plot_digits(torch.zeros(2, 28, 28)) is None
+monitor = training.LiveMonitor()
+monitor.log(1, train_loss=1.0)
+assert monitor.close() is None and monitor.history["train_loss"] == [(1.0, 1.0)]
+assert not calls, "the learner's function ran"
+assert "matplotlib" not in sys.modules, "matplotlib was imported"
+print("ok")
+"""
+    env = {**os.environ, "NBGRADER_EXECUTION": "autograde"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
