@@ -91,10 +91,9 @@ def test_map(root: Path, day: str) -> dict[str, TestInfo]:
     out: dict[str, TestInfo] = {}
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
+            for line in cell.source.splitlines():   # the last heading before the test counts
                 if line.startswith("## "):
                     heading = line[3:].strip()
-                    break
             continue
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):

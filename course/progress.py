@@ -72,9 +72,10 @@ def progress_path(notebook: str | os.PathLike) -> Path:
 def find_progress_file(start: str | os.PathLike | None = None) -> Path:
     """The progress file seen from ``start`` (default: the current folder).
 
-    The first ``.course_progress.json`` in ``start`` or a folder above it; else, for a folder
-    inside a course repository, the repository root's (it may not exist yet); else
-    ``start/.course_progress.json``.
+    The first ``.course_progress.json`` in ``start`` or a folder above it; else the newest one
+    in a folder just below ``start`` (the course root, seen from above the learner's folder of
+    days); else, for a folder inside a course repository, the repository root's (it may not
+    exist yet); else ``start/.course_progress.json``.
     """
     forced = os.environ.get("COURSE_PROGRESS_FILE", "").strip()
     if forced:
@@ -85,6 +86,9 @@ def find_progress_file(start: str | os.PathLike | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / FILENAME).is_file():
             return folder / FILENAME
+    below = [p for p in here.glob(f"*/{FILENAME}") if p.is_file()]
+    if below:
+        return max(below, key=lambda p: p.stat().st_mtime)
     for folder in (here, *here.parents):
         if _is_course_root(folder):
             return folder / FILENAME

@@ -349,11 +349,10 @@ def _train_setup(name: str, *, lr: float = 3e-3, zero_grad: bool = True,
         del step
 
     def evaluator() -> float:
-        if eval_mode:
-            model.eval()
+        # set-up B forgets model.eval(): dropout stays on, and each evaluation differs
+        model.train(not eval_mode)
         with torch.no_grad():
             accuracy = float((model(held_x).argmax(-1) == held_y).float().mean())
-        model.train(not eval_mode)
         return accuracy
 
     return TrainingRun(name, model, losses, train_x[:64], train_y[:64], evaluator)

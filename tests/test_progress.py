@@ -61,6 +61,19 @@ def test_progress_reads_the_file_selfcheck_wrote_from_anywhere_inside(tmp_path, 
     assert str(written) in text and "7/7" in text.replace(" ", ""), text
 
 
+def test_progress_from_the_course_root_finds_the_learners_own_folder(tmp_path):
+    """A learner who copied the days into their own folder inside the course repository and
+    self-checked there: does ``progress`` from the repository root show those points?"""
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    (course / "autograder").mkdir()
+    nb = _notebook(course / "mywork", DAYS[1])
+    written = P.progress_path(nb)
+    assert written == course / "mywork" / P.FILENAME
+    P.record(written, DAYS[1], 8, 8, {"day02_softmax_values": (2, 2)}, nb)
+    assert P.find_progress_file(course) == written
+
+
 def test_environment_override(tmp_path, monkeypatch):
     """Does COURSE_PROGRESS_FILE win over every rule?"""
     target = tmp_path / "elsewhere.json"

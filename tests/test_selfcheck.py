@@ -31,6 +31,9 @@ def test_tests_are_grouped_under_their_exercise(root):
     assert tests["day02_attention_mask"].exercise.startswith("Exercise 2")
     assert "masks" in tests["day02_attention_mask"].checks
     assert "BEGIN" not in tests["day02_attention_mask"].checks
+    # a markdown cell with two headings: the exercise's, the later one, is the test's
+    day3 = S.test_map(root, "day03_self_attention")
+    assert day3["day03_parameters"].exercise.startswith("Exercise")
 
 
 def test_explanations_for_unfinished_work():

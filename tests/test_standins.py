@@ -112,3 +112,24 @@ def test_days_8_and_9_are_registered_without_course_training(fresh_python):
         "print('ok')\n")
     out = fresh_python(code)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_day8_health_check_states_the_parameter_count_the_model_has():
+    """Day 8 prints its model's parameter count next to a health-check number: is that number
+    the count of the course's SequenceClassifier with the notebook's own arguments?"""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    from course.standins import SequenceClassifier
+
+    day = "day08_mnist_as_sequences"
+    root = Path(__file__).resolve().parents[1]
+    nb = nbformat.read(str(root / "source" / day / f"{day}.ipynb"), as_version=4)
+    cell = next(c.source for c in nb.cells if "(health check: " in c.source
+                and "num_params" in c.source)
+    stated = int(re.search(r"\(health check: ([\d,]+)\)", cell).group(1).replace(",", ""))
+    args = re.search(r"SequenceClassifier\((.*?)\)\n", cell, re.S).group(1)
+    model = eval(f"SequenceClassifier({args})", {"SequenceClassifier": SequenceClassifier})
+    assert sum(p.numel() for p in model.parameters()) == stated
