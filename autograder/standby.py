@@ -50,14 +50,23 @@ class Standby:
     """
 
     def __init__(self, notebook: Path, root: Path | None = None):
-        from autograder import execute, worker
         from autograder.kernel_manager import GradingKernelManager
-        from autograder.selfcheck import _grade_options, day_of
+        from autograder.selfcheck import day_of
 
         self.notebook = Path(notebook).expanduser().resolve()
         self.root = pipeline.find_root(root or self.notebook.parent)
         self.day = day_of(self.notebook, self.root)
         self.tmp = Path(tempfile.mkdtemp(prefix="tfs-standby-"))
+        try:
+            self._prepare(GradingKernelManager)
+        except BaseException:
+            self.close()
+            raise
+
+    def _prepare(self, GradingKernelManager) -> None:  # noqa: N803 - a class
+        from autograder import execute, worker
+        from autograder.selfcheck import _grade_options
+
         opts = _grade_options()
         # The settings grade() will give the job (hide, which lists the job's folders, only
         # matters to a sandbox, and a self-check has none).
@@ -71,12 +80,12 @@ class Standby:
                                             {"TFS_PREIMPORT": ",".join(PREIMPORT)})
         _, config = self.prepared
         km = GradingKernelManager(kernel_name="tfs-graded", config=config)
+        execute.PRESTARTED.append(km)          # close() stops it, whatever happens next
         try:
             _start(km)
         except Exception as exc:
             log = worker._tail(self.prepared[0] / "kernel.log")
             raise RuntimeError(f"{exc}; kernel log: {log}") from None
-        execute.PRESTARTED.append(km)
         source = worker._WORKER["root"] / "source" / self.day / pipeline.notebook_name(self.day)
         import nbformat
 
