@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import stated
 from autograder.mutants import Mutant, load_catalog
 from autograder.pipeline import Result, grade, notebook_name, resolve_days
 
@@ -78,15 +79,21 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
             nbformat.write(m.apply(solution_nbs[m.day]), str(target))
             work.append((f"mutant-{m.id}", m.day, target))
         results = grade(root, subs, days=days, jobs=jobs, work=work, sandbox=sandbox,
-                        resume=False, progress=progress)
-    by_key = {(r.student, r.day): r for r in results}
-    for day in days:
-        ref = by_key.get(("reference", day))
-        if ref is not None:
+                        resume=False, progress=progress, results_dir=subs / "results")
+        by_key = {(r.student, r.day): r for r in results}
+        for day in days:
+            ref = by_key.get(("reference", day))
+            if ref is None:
+                continue
             bad = [t for t in ref.tests if t.points < t.max_points]
             if ref.status != "graded" or bad:
                 problems.append(f"reference {day}: status {ref.status}; failing tests: "
                                 + "; ".join(f"{t.grade_id}: {t.message[:300]}" for t in bad))
+            executed = subs / "results" / "reference" / f"{day}.ipynb"
+            if executed.is_file():   # the numbers the notebook states, against what it prints
+                problems += [f"reference {day}: {p}" for p in
+                             stated.problems(nbformat.read(str(executed), as_version=4))]
+    for day in days:
         blank = by_key.get(("blank", day))
         if blank is not None:
             bad = [t for t in blank.tests if t.points > 0]
