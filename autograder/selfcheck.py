@@ -9,10 +9,12 @@ diagnosis of every test, and stores the points in the learner's progress file
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
 import shutil
+import sys
 import tempfile
 import textwrap
 import time
@@ -232,6 +234,8 @@ def _cmd_selfcheck(args) -> int:
         from autograder.standby import serve
 
         code = serve(args.notebook, root=args.root, save=not args.no_save)
+        with contextlib.suppress(OSError):     # serve() may have closed stdout already
+            sys.stdout.flush()
         os._exit(code)           # skip the interpreter's finalisation (PyTorch is loaded)
     return exit_status(selfcheck(args.notebook, root=args.root, save=not args.no_save))
 

@@ -49,7 +49,8 @@ class Standby:
         PipelineError: for a notebook that belongs to no day of the course.
     """
 
-    def __init__(self, notebook: Path, root: Path | None = None):
+    def __init__(self, notebook: Path, root: Path | None = None,
+                 preimport: tuple[str, ...] = PREIMPORT):
         from autograder.kernel_manager import GradingKernelManager
         from autograder.selfcheck import day_of
 
@@ -57,6 +58,7 @@ class Standby:
         self.root = pipeline.find_root(root or self.notebook.parent)
         self.day = day_of(self.notebook, self.root)
         self.tmp = Path(tempfile.mkdtemp(prefix="tfs-standby-"))
+        self.preimport = preimport
         try:
             self._prepare(GradingKernelManager)
         except BaseException:
@@ -76,21 +78,29 @@ class Standby:
         (self.tmp / "worker").mkdir()
         worker._worker_setup(template, self.root, self.tmp / "worker",
                              self.settings["sandbox"])
-        self.prepared = worker.kernel_setup(self.day, self.settings,
-                                            {"TFS_PREIMPORT": ",".join(PREIMPORT)})
-        _, config = self.prepared
-        km = GradingKernelManager(kernel_name="tfs-graded", config=config)
+        # The kernel first: it imports PyTorch while this process imports nbgrader and the checks.
+        private = worker.kernel_files_setup(self.day, self.settings,
+                                            {"TFS_PREIMPORT": ",".join(self.preimport)})
+        from traitlets.config import Config
+
+        km_config = Config()
+        km_config.KernelManager.transport = "ipc"
+        km = GradingKernelManager(kernel_name="tfs-graded", config=km_config)
         execute.PRESTARTED.append(km)          # close() stops it, whatever happens next
-        try:
-            _start(km)
-        except Exception as exc:
-            log = worker._tail(self.prepared[0] / "kernel.log")
-            raise RuntimeError(f"{exc}; kernel log: {log}") from None
+        from jupyter_core.utils import run_sync
+
+        run_sync(km.start_kernel)(extra_arguments=["--HistoryManager.hist_file=:memory:"])
+        self.prepared = (private, worker.grading_config(self.settings))
         source = worker._WORKER["root"] / "source" / self.day / pipeline.notebook_name(self.day)
         import nbformat
 
         nb = nbformat.read(str(source), as_version=4)
         execute._warm_up_judge([c.source for c in nb.cells if execute._is_test_cell(c)])
+        try:
+            _wait_until_ready(km)
+        except Exception as exc:
+            log = worker._tail(private / "kernel.log")
+            raise RuntimeError(f"{exc}; kernel log: {log}") from None
 
     def runner(self, template: Path, todo: list[dict]):
         """Grade ``todo`` (one job) in this process, in the kernel started ahead of time."""
@@ -114,11 +124,10 @@ class Standby:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def _start(km) -> None:
-    """Start ``km``'s kernel as nbclient would, and wait until it answers (its imports done)."""
+def _wait_until_ready(km) -> None:
+    """Wait until the started kernel answers (its imports are done), as nbclient would."""
     from jupyter_core.utils import run_sync
 
-    run_sync(km.start_kernel)(extra_arguments=["--HistoryManager.hist_file=:memory:"])
     kc = km.client()
     kc.start_channels()
     try:
@@ -165,3 +174,4 @@ def serve(notebook: Path, root: Path | None = None, idle: float = IDLE_SECONDS,
         if not os.environ.get("TFS_STANDBY_KEEP_LOG"):
             log.unlink(missing_ok=True)
     return code
+

@@ -154,15 +154,17 @@ def grade_one(job: dict, prepared: tuple | None = None) -> dict:
 def kernel_setup(day: str, settings: dict, extra_env: dict | None = None):
     """The kernel of one submission, ready to start: (private folder, nbgrader config).
 
-    Writes a fresh host-only private folder (kernel.log, the sandbox's pid and exit status,
-    the start-up script), the sandbox spec and the ``tfs-graded`` kernelspec that launches it,
-    and the nbgrader configuration that runs the notebook with
-    :class:`autograder.execute.GuardedExecute`. ``extra_env`` adds variables to the kernel's
-    environment (:mod:`autograder.standby` names modules to import before any cell).
+    See :func:`kernel_files_setup` and :func:`grading_config`. ``extra_env`` adds variables to
+    the kernel's environment (:mod:`autograder.standby` names modules to import before any cell).
     """
-    from nbgrader.converters import Autograde
+    return kernel_files_setup(day, settings, extra_env), grading_config(settings)
 
-    from autograder import execute, kernel_files, sandbox
+
+def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) -> Path:
+    """Write a fresh host-only private folder (kernel.log, the sandbox's pid and exit status,
+    the start-up script), the sandbox spec and the ``tfs-graded`` kernelspec that launches it;
+    return the folder. Imports nothing of nbgrader, so a kernel can start while it loads."""
+    from autograder import kernel_files, sandbox
 
     root: Path = _WORKER["root"]
     sandboxed = bool(settings.get("sandbox"))
@@ -211,8 +213,17 @@ def kernel_setup(day: str, settings: dict, extra_env: dict | None = None):
     spec_path.write_text(json.dumps(spec.__dict__))
     kernel_files.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path, python)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(private / "runtime")
+    return private
 
-    config = load_config(root, root / "gradebook.db")
+
+def grading_config(settings: dict):
+    """The nbgrader configuration that runs a notebook with
+    :class:`autograder.execute.GuardedExecute` under ``settings``' limits."""
+    from nbgrader.converters import Autograde
+
+    from autograder import execute
+
+    config = load_config(_WORKER["root"], _WORKER["root"] / "gradebook.db")
     lim = settings["limits"]
     config.Autograde.autograde_preprocessors = [
         execute.GuardedExecute if p.__name__ == "Execute" else p
@@ -229,7 +240,7 @@ def kernel_setup(day: str, settings: dict, extra_env: dict | None = None):
     # about 0.9 s per notebook).
     config.GuardedExecute.shutdown_kernel = "immediate"
     config.KernelManager.transport = "ipc"
-    return private, config
+    return config
 
 
 def _autograde(config, root, student, day, private, out_dir, source_nb, static, dup_flags,
