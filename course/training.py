@@ -316,8 +316,13 @@ class TrainingRun:
 def _train_setup(name: str, *, lr: float = 3e-3, zero_grad: bool = True,
                  shuffle_labels: bool = False, self_only_mask: bool = False,
                  dropout: float = 0.0, eval_mode: bool = True, raw_pixels: bool = False,
-                 steps: int = 30, seed: int = 0) -> TrainingRun:
+                 steps: int | None = None, seed: int = 0) -> TrainingRun:
     from course.data import load_mnist
+    from course.profile import pick
+
+    # While nbgrader grades, the runs feed only a table nobody reads (the diagnosis is the
+    # learner's own): a few steps keep the cell's code running.
+    steps = pick(grading=8, cpu=30) if steps is None else steps
 
     mnist = load_mnist()
     x = mnist.train_images[:1024].float() / 255
