@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.benchmark", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--students", type=int, default=8)
-    ap.add_argument("--days", nargs="+", default=["1", "2", "3"])
+    ap.add_argument("--days", nargs="+", default=None,
+                    help="days to use (default: 1 2 3 for grading, every day for --selfcheck)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-sandbox", action="store_true")
     ap.add_argument("--skip-plain", action="store_true")
@@ -141,10 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     root = pipeline.find_root()
     if args.selfcheck:
-        selfcheck_times(root, pipeline.resolve_days(
-            root, args.days if argv and "--days" in argv else None))
+        selfcheck_times(root, pipeline.resolve_days(root, args.days))
         return 0
-    days = pipeline.resolve_days(root, args.days)
+    days = pipeline.resolve_days(root, args.days or ["1", "2", "3"])
     with tempfile.TemporaryDirectory(prefix="tfs-bench-") as tmp:
         work = Path(tmp)
         subs = work / "submitted"
