@@ -141,8 +141,8 @@ def serve(notebook: Path, root: Path | None = None, idle: float = IDLE_SECONDS,
     """Get ready, wait for ``go`` on stdin, grade once; see the module docstring."""
     from autograder.selfcheck import exit_status, selfcheck
 
-    log = Path(tempfile.gettempdir()) / f"tfs-standby-{os.getpid()}.log"
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd, name = tempfile.mkstemp(prefix="tfs-standby-", suffix=".log")   # never a link
+    log = Path(name)
     os.dup2(fd, 2)               # nbgrader's and the kernel manager's logging
     standby = None
     t_start = time.monotonic()
