@@ -57,7 +57,8 @@ class Standby:
         self.notebook = Path(notebook).expanduser().resolve()
         self.root = pipeline.find_root(root or self.notebook.parent)
         self.day = day_of(self.notebook, self.root)
-        self.tmp = Path(tempfile.mkdtemp(prefix="tfs-standby-"))
+        _sweep_stale()
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"tfs-standby-{os.getpid()}-"))
         self.preimport = preimport
         try:
             self._prepare(GradingKernelManager)
@@ -124,6 +125,24 @@ class Standby:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def _sweep_stale() -> None:
+    """Remove the folders and logs of standbys that were killed before they could clean up
+    (``tfs-standby-<pid>-*`` of a process that no longer exists, ours only)."""
+    for path in Path(tempfile.gettempdir()).glob("tfs-standby-*-*"):
+        try:
+            pid = int(path.name.split("-")[2])
+            if path.is_symlink() or path.lstat().st_uid != os.getuid():
+                continue
+            os.kill(pid, 0)              # alive (or another user's): keep
+        except ProcessLookupError:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except (ValueError, IndexError, OSError):
+            continue
+
+
 def _wait_until_ready(km) -> None:
     """Wait until the started kernel answers (its imports are done), as nbclient would."""
     from jupyter_core.utils import run_sync
@@ -141,7 +160,7 @@ def serve(notebook: Path, root: Path | None = None, idle: float = IDLE_SECONDS,
     """Get ready, wait for ``go`` on stdin, grade once; see the module docstring."""
     from autograder.selfcheck import exit_status, selfcheck
 
-    fd, name = tempfile.mkstemp(prefix="tfs-standby-", suffix=".log")   # never a link
+    fd, name = tempfile.mkstemp(prefix=f"tfs-standby-{os.getpid()}-", suffix=".log")
     log = Path(name)
     os.dup2(fd, 2)               # nbgrader's and the kernel manager's logging
     standby = None

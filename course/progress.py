@@ -281,7 +281,10 @@ def _start_standby(path: Path) -> None:
         _STANDBY[str(path)] = subprocess.Popen(
             [sys.executable, "-m", "autograder", "selfcheck", "--standby", str(path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env=_grader_env(), cwd=str(path.parent))
+            text=True, env=_grader_env(), cwd=str(path.parent),
+            # its own session: killing this kernel's process group must not kill it before
+            # it cleans up; it ends when its input closes, that is when this kernel ends
+            start_new_session=True)
     except OSError:
         _STANDBY.pop(str(path), None)   # the click then grades the usual way
 

@@ -183,3 +183,20 @@ def test_standby_grades_like_selfcheck_and_leaves_nothing(root, tmp_path, capsys
     assert out == "\x1eready\n" and idle.returncode == 2
     assert not set(_standby_processes(folder)) & kernels
     assert not Path(folder).exists()
+
+
+def test_a_killed_standby_leaves_nothing_for_long(tmp_path, monkeypatch):
+    """The folder and log of a standby that was killed (no clean-up) go at the next standby's
+    start; those of a live one stay."""
+    import os
+    import tempfile
+
+    from autograder import standby
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = 4_000_000                      # above pid_max: no such process
+    (tmp_path / f"tfs-standby-{dead}-abc" / "worker").mkdir(parents=True)
+    (tmp_path / f"tfs-standby-{dead}-def.log").write_text("x")
+    (tmp_path / f"tfs-standby-{os.getpid()}-ghi").mkdir()
+    standby._sweep_stale()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"tfs-standby-{os.getpid()}-ghi"]
