@@ -238,14 +238,16 @@ class GuardedExecute(Execute):
         process = getattr(self.km.provisioner, "process", None)
         b64 = re.compile(r"'([A-Za-z0-9+/=]*)'")
 
-        def check_alive_and_in_time() -> float:
+        def time_left() -> float:
             left = deadline - monotonic()
             if left <= 0:
                 raise JudgeError("timed out: the learner's code ran past the cell's time "
                                  "limit", stopped="timeout")
+            return left
+
+        def check_alive() -> None:
             if process is not None and process.poll() is not None:
                 raise JudgeError("the kernel died while the judge waited", stopped="died")
-            return left
 
         def transport(payload: str) -> str:
             import zmq
@@ -258,18 +260,13 @@ class GuardedExecute(Execute):
                                         allow_stdin=False, user_expressions={"r": expr})
                     break
                 except zmq.Again:       # nobody took the request within the send timeout
-                    check_alive_and_in_time()
+                    time_left()
+                    check_alive()
             while True:
-                left = deadline - monotonic()
-                if left <= 0:
-                    raise JudgeError("timed out: the learner's code ran past the cell's time "
-                                     "limit", stopped="timeout")
                 try:
-                    msg = bc.get_shell_msg(timeout=min(1.0, left))
+                    msg = bc.get_shell_msg(timeout=min(1.0, time_left()))
                 except queue.Empty:
-                    if process is not None and process.poll() is not None:
-                        raise JudgeError("the kernel died while the judge waited",
-                                         stopped="died") from None
+                    check_alive()
                     continue
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue

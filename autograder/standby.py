@@ -49,9 +49,7 @@ class Standby:
         PipelineError: for a notebook that belongs to no day of the course.
     """
 
-    def __init__(self, notebook: Path, root: Path | None = None,
-                 preimport: tuple[str, ...] = PREIMPORT):
-        from autograder.kernel_manager import GradingKernelManager
+    def __init__(self, notebook: Path, root: Path | None = None):
         from autograder.selfcheck import day_of
 
         self.notebook = Path(notebook).expanduser().resolve()
@@ -59,15 +57,18 @@ class Standby:
         self.day = day_of(self.notebook, self.root)
         _sweep_stale()
         self.tmp = Path(tempfile.mkdtemp(prefix=f"tfs-standby-{os.getpid()}-"))
-        self.preimport = preimport
         try:
-            self._prepare(GradingKernelManager)
+            self._prepare()
         except BaseException:
             self.close()
             raise
 
-    def _prepare(self, GradingKernelManager) -> None:  # noqa: N803 - a class
+    def _prepare(self) -> None:
+        from jupyter_core.utils import run_sync
+        from traitlets.config import Config
+
         from autograder import execute, worker
+        from autograder.kernel_manager import GradingKernelManager
         from autograder.selfcheck import _grade_options
 
         opts = _grade_options()
@@ -81,15 +82,11 @@ class Standby:
                              self.settings["sandbox"])
         # The kernel first: it imports PyTorch while this process imports nbgrader and the checks.
         private = worker.kernel_files_setup(self.day, self.settings,
-                                            {"TFS_PREIMPORT": ",".join(self.preimport)})
-        from traitlets.config import Config
-
+                                            {"TFS_PREIMPORT": ",".join(PREIMPORT)})
         km_config = Config()
         km_config.KernelManager.transport = "ipc"
         km = GradingKernelManager(kernel_name="tfs-graded", config=km_config)
         execute.PRESTARTED.append(km)          # close() stops it, whatever happens next
-        from jupyter_core.utils import run_sync
-
         run_sync(km.start_kernel)(extra_arguments=["--HistoryManager.hist_file=:memory:"])
         self.prepared = (private, worker.grading_config(self.settings))
         source = worker._WORKER["root"] / "source" / self.day / pipeline.notebook_name(self.day)

@@ -151,19 +151,18 @@ def grade_one(job: dict, prepared: tuple | None = None) -> dict:
         os.environ.pop("TFS_KERNEL_PRIVATE", None)
 
 
-def kernel_setup(day: str, settings: dict, extra_env: dict | None = None):
-    """The kernel of one submission, ready to start: (private folder, nbgrader config).
-
-    See :func:`kernel_files_setup` and :func:`grading_config`. ``extra_env`` adds variables to
-    the kernel's environment (:mod:`autograder.standby` names modules to import before any cell).
-    """
-    return kernel_files_setup(day, settings, extra_env), grading_config(settings)
+def kernel_setup(day: str, settings: dict):
+    """The kernel of one submission, ready to start: (private folder, nbgrader config); see
+    :func:`kernel_files_setup` and :func:`grading_config`."""
+    return kernel_files_setup(day, settings), grading_config(settings)
 
 
 def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) -> Path:
     """Write a fresh host-only private folder (kernel.log, the sandbox's pid and exit status,
     the start-up script), the sandbox spec and the ``tfs-graded`` kernelspec that launches it;
-    return the folder. Imports nothing of nbgrader, so a kernel can start while it loads."""
+    return the folder. Imports nothing of nbgrader, so a kernel can start while it loads.
+    ``extra_env`` adds variables to the kernel's environment (:mod:`autograder.standby` names
+    modules to import before any cell)."""
     from autograder import kernel_files, sandbox
 
     root: Path = _WORKER["root"]

@@ -254,7 +254,7 @@ def _current_notebook(notebook: str | os.PathLike | None) -> Path:
 
 
 _STANDBY: dict[str, subprocess.Popen] = {}     # notebook path -> its waiting self-check
-_SENTINEL = "\x1eexit "                           # the standby's last line: its exit status
+_SENTINEL = "\x1eexit "    # the standby's last line, its exit status (autograder.standby.SENTINEL)
 
 
 def _grader_env() -> dict:
@@ -331,7 +331,7 @@ def selfcheck(notebook: str | os.PathLike | int | None = None, timeout: float = 
     proc = _take_standby(path)
     print(f"Grading the last saved version of {path.name} (saved at {saved}); save first "
           "(Ctrl+S) to include your latest edits. "
-          + ("This takes a few seconds." if proc else "This takes about ten seconds."),
+          + ("This takes a few seconds." if proc else "This takes up to ten seconds."),
           flush=True)
     if proc is None:
         try:

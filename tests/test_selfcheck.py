@@ -71,16 +71,8 @@ def test_cli_refuses_a_missing_notebook(tmp_path, capsys):
 def test_one_bug_is_diagnosed_and_progress_saved(root, tmp_path, capsys):
     """Does a Day 2 notebook with one bug lose exactly that test, with the right diagnosis,
     while the notebook itself is left byte-for-byte unchanged?"""
-    folder = tmp_path / "my-course" / DAY2
-    folder.mkdir(parents=True)
-    nb_path = folder / f"{DAY2}.ipynb"
-    shutil.copy2(root / "solutions" / DAY2 / f"{DAY2}.ipynb", nb_path)
-    nb = nbformat.read(str(nb_path), as_version=4)
-    for cell in nb.cells:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
-            cell.source = cell.source.replace('masked_fill(~mask, float("-inf"))',
-                                              "masked_fill(~mask, 0.0)")
-    nbformat.write(nb, str(nb_path))
+    nb_path = _buggy_day2(root, tmp_path)
+    folder = nb_path.parent
     before = hashlib.sha256(nb_path.read_bytes()).hexdigest()
 
     assert main(["selfcheck", str(nb_path)]) == 1
@@ -97,6 +89,7 @@ def test_one_bug_is_diagnosed_and_progress_saved(root, tmp_path, capsys):
 
 
 def _buggy_day2(root, tmp_path):
+    """my-course/day02.../day02....ipynb: the answer key with its mask filled with 0, not -inf."""
     folder = tmp_path / "my-course" / DAY2
     folder.mkdir(parents=True)
     nb_path = folder / f"{DAY2}.ipynb"
