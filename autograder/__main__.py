@@ -234,6 +234,13 @@ def _cmd_author(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_record(args: argparse.Namespace) -> int:
+    from autograder.measure import main as record_main
+
+    args.root = pipeline.find_root(args.root)
+    return record_main(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -320,6 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("text", type=Path)
     p.add_argument("notebook", type=Path)
     p.set_defaults(func=_cmd_author)
+
+    p = sub.add_parser("record", help="run every answer key; write course/record.json and the "
+                                      "README's table (idle machine: minutes)")
+    _add_common(p)
+    p.add_argument("--profile", action="append", choices=["cpu", "grading", "gpu"],
+                   help="profile to measure (repeatable; default: cpu and grading)")
+    p.add_argument("--day", action="append", help="only this day (repeatable)")
+    p.set_defaults(func=_cmd_record)
 
     # Learner commands: selfcheck (grade one notebook with the hidden tests, offline) and
     # progress (points per day from the latest self-checks); see autograder/selfcheck.py.

@@ -1,4 +1,5 @@
-"""Hidden tests of Day 10: gradient_norms, activation_stats (hooks), attention_entropy, bug hunt.
+"""Hidden tests of Day 10: gradient_norms, activation_stats (hooks), attention_entropy,
+one_step_changes, bug hunt.
 
 Expected values come from gradients and activations injected or computed here with PyTorch,
 from the entropy formula evaluated in float64, and from the known bug of each set-up.
@@ -200,6 +201,76 @@ def check_attention_entropy(attention_entropy) -> None:
                      "treat 0 ln 0 as 0 (e.g. p * torch.log(p.clamp_min(tiny))).")
 
 
+# -------------------------------------------------------------------------- one_step_changes
+
+def _changes(model, inputs, labels, lr, *, zero_grad=True, optimizer=torch.optim.SGD,
+             reduce=lambda d: d.abs().max()) -> dict[str, float]:
+    """One step here, with PyTorch's optimizer, on a copy of ``model``: {name: change}."""
+    import copy
+
+    import torch.nn.functional as F
+
+    stale = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model = copy.deepcopy(model)                 # (a Parameter's deepcopy drops its .grad)
+    for n, p in model.named_parameters():
+        p.grad = stale.get(n)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = optimizer(model.parameters(), lr=lr)
+    if zero_grad:
+        opt.zero_grad()
+    F.cross_entropy(model(inputs), labels).backward()
+    opt.step()
+    return {n: float(reduce(p.detach() - before[n])) for n, p in model.named_parameters()}
+
+
+def check_one_step_changes(one_step_changes) -> None:
+    """Injected weights and stale gradients; ``extra`` is never reached by the loss."""
+    model = _grad_model()                     # stale .grad on every used parameter
+    model.train()
+    inputs = torch.randn(6, 4, generator=rng(106))
+    labels = torch.tensor([0, 1, 1, 0, 1, 0])
+    lr = 0.05
+    out = call(one_step_changes, twin(model), inputs, labels, lr=lr,
+               name="one_step_changes(model, inputs (6, 4), labels (6,), lr=0.05)")
+    if not isinstance(out, dict):
+        raise CheckFailure(f"one_step_changes should return a dict, got {type(out).__name__}.")
+    expected = _changes(model, inputs, labels, lr)
+    names = list(expected)
+    if "extra" not in out and set(out) == set(names) - {"extra"}:
+        raise CheckFailure("one_step_changes has no entry for 'extra', a parameter the loss "
+                           "never reaches: report every parameter of model.named_parameters(), "
+                           "0.0 for one that did not move (that is the finding).")
+    if set(out) != set(names):
+        raise CheckFailure(f"one_step_changes returned keys {sorted(out)}, expected every "
+                           f"parameter name {sorted(names)} (from model.named_parameters()).")
+    bad = [n for n in names if type(out[n]) is not float]
+    if bad:
+        raise CheckFailure(f"one_step_changes[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: "
+                           "return Python floats (.item()).")
+    got = torch.tensor([out[n] for n in names], dtype=torch.float64)
+    want = torch.tensor([expected[n] for n in names], dtype=torch.float64)
+    if bool((got == 0).all()):
+        raise CheckFailure(
+            "one_step_changes says no parameter moved, but one SGD step moves three of the "
+            "four: your copy from before the step shares memory with the parameter (p.detach() "
+            "or the parameter itself), so the step changed it too. Copy with p.detach().clone().")
+
+    def table(changes: dict[str, float]) -> torch.Tensor:
+        return torch.tensor([changes[n] for n in names], dtype=torch.float64)
+
+    compare(got, want, "largest change per parameter, in order " + ", ".join(names),
+            {"the model's stale gradients from earlier steps were added to this step's: call "
+             "optimizer.zero_grad() (or model.zero_grad()) before backward()":
+                 table(_changes(model, inputs, labels, lr, zero_grad=False)),
+             "you ignored the lr argument (0.05 here): pass it to torch.optim.SGD":
+                 table(_changes(model, inputs, labels, 0.1)),
+             "you averaged the absolute changes: return the largest one (.abs().max())":
+                 table(_changes(model, inputs, labels, lr, reduce=lambda d: d.abs().mean())),
+             "you took an Adam or AdamW step: take a plain SGD step":
+                 table(_changes(model, inputs, labels, lr, optimizer=torch.optim.Adam))},
+            rtol=1e-5, atol=1e-8)
+
+
 # ------------------------------------------------------------------------------- bug hunt
 
 _KEYS = {"no_zero_grad", "lr_too_high", "shuffled_labels", "mask_blocks_attention",
@@ -211,7 +282,8 @@ _TELL = {
          "information about the labels",
     "B": "B's two evaluations of the same model disagree: something random is on at evaluation",
     "C": "C's gradient norms are far above the healthy run's: gradients are never reset",
-    "D": "D's attention entropy is exactly 0: every token sees only itself",
+    "D": "D's attention entropy is exactly 0, and one more step leaves its input projection "
+         "unchanged: every token sees only itself",
     "E": "E's input projection output has a std tens of times the healthy run's: the inputs "
          "are not normalized",
     "F": "F's loss jumps up and stays high: the step size",

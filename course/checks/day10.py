@@ -47,6 +47,43 @@ def check_attention_entropy(attention_entropy) -> None:
     passed("uniform over 4 keys -> ln 4 = 1.386 nats; one-hot -> 0 (no NaN)")
 
 
+class _FirstOnly(nn.Module):
+    """Two layers, of which forward calls only the first."""
+
+    def __init__(self, used: nn.Module, unused: nn.Module) -> None:
+        super().__init__()
+        self.used, self.unused = used, unused
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+def check_one_step_changes(one_step_changes) -> None:
+    """A linear layer and a parameter the loss never reaches; stale gradients present."""
+    torch.manual_seed(0)
+    model = _FirstOnly(nn.Linear(3, 2), nn.Linear(4, 4))
+    model.used.weight.grad = torch.ones(2, 3)                     # stale: must be zeroed
+    x, y = torch.randn(5, 3), torch.tensor([0, 1, 1, 0, 1])
+    reference = nn.Linear(3, 2)
+    reference.load_state_dict(model.used.state_dict())
+    torch.nn.functional.cross_entropy(reference(x), y).backward()
+    want = {"used.weight": 0.1 * reference.weight.grad.abs().max().item(),
+            "used.bias": 0.1 * reference.bias.grad.abs().max().item(), "unused.weight": 0.0,
+            "unused.bias": 0.0}
+    out = call(one_step_changes, model, x, y)
+    if not isinstance(out, dict) or set(out) != set(want):
+        raise CheckFailure(f"expected a dict with keys {sorted(want)} (every parameter), "
+                           f"got {out!r}")
+    if out["used.weight"] == 0 and out["used.bias"] == 0:
+        raise CheckFailure("nothing moved: copy the parameters with p.detach().clone() before "
+                           "the step (a copy that shares memory changes with them)")
+    assert_close(torch.tensor([float(out[k]) for k in want]), torch.tensor(list(want.values())),
+                 "changes of used.weight, used.bias, unused.weight, unused.bias",
+                 rtol=1e-4, atol=1e-7)
+    passed("the linear layer moved by lr x its largest gradient entry; the unused layer did "
+           "not move (0.0)")
+
+
 def check_diagnosis_format(DIAGNOSIS) -> None:
     """Six letters, each mapped to one of the bug keys (not whether they are right)."""
     if not isinstance(DIAGNOSIS, dict) or sorted(DIAGNOSIS) != list("ABCDEF"):

@@ -1,0 +1,105 @@
+"""The course's measured record: what each notebook's answer key printed, per run profile.
+
+A notebook never states a measured figure on its own authority. A training cell prints the
+learner's figure next to the record's with :func:`report`::
+
+    report("day09", "heldout_accuracy", heldout_acc)
+    # held-out accuracy 98.96%   (course record, cpu profile: 98.95%)
+
+and prose that quotes a figure says it comes from the record (``tests/test_record.py`` holds
+every such sentence, and the README's table, against ``course/record.json``).
+
+``course/record.json`` is written by one command, ``python -m autograder record``, which runs
+every answer key in ``solutions/`` in a profile and keeps, per day, the figures the cells
+reported and how long the whole notebook took (seconds of wall time, kernel start included).
+It says which machine measured it; a profile that was never measured is marked so, and
+:func:`report` then says "not measured".
+
+``COURSE_RECORD_OUT``: when set (by that command), :func:`report` also appends each figure as a
+line of JSON to the file it names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from course import profile
+
+RECORD_FILE = Path(__file__).with_name("record.json")
+
+# Every figure the record knows: its label and how its value is printed (one str.format field).
+FORMATS = {
+    "heldout_accuracy": ("held-out accuracy", "{:.2%}"),
+    "train_seconds": ("training", "{:.0f} s"),
+    "val_loss": ("validation loss", "{:.3f}"),
+    "step_seconds": ("time per step", "{:.3f} s"),
+    "recompute_seconds": ("generation without a cache", "{:.2f} s"),
+    "cache_seconds": ("generation with the KV cache", "{:.2f} s"),
+    "speedup": ("speed-up", "{:.1f}x"),
+    "tinygpt_val_loss": ("TinyGPT validation loss", "{:.2f}"),
+    "moderngpt_val_loss": ("ModernGPT validation loss", "{:.2f}"),
+}
+
+
+def describe(name: str, value: float) -> str:
+    """``"held-out accuracy 99.20%"``: a figure with its label, as the record prints it."""
+    label, spec = FORMATS[name]
+    return f"{label} {spec.format(value)}"
+
+
+def load(path: Path | None = None) -> dict:
+    """The whole record: ``{"machine": {...}, "profiles": {name: {"measured": date or None,
+    "days": {day: {"notebook_seconds": float, "figures": {name: float}}}}}}``."""
+    return json.loads((path or RECORD_FILE).read_text(encoding="utf-8"))
+
+
+def recorded(day: str, name: str, profile_name: str | None = None,
+             path: Path | None = None) -> float | None:
+    """The record's value of figure ``name`` of ``day`` (e.g. ``"day09"``) in a profile (default:
+    the active one); ``notebook_seconds`` is the whole notebook's time. None when that profile,
+    day or figure was not measured."""
+    profile_name = profile_name or profile.current()
+    try:
+        days = load(path)["profiles"][profile_name]["days"]
+    except (OSError, ValueError, KeyError):
+        return None
+    # the record keys days by folder ("day09_training_loop"); a notebook names its prefix
+    day_record = next((v for k, v in days.items() if k == day or k.startswith(day + "_")), None)
+    if day_record is None:
+        return None
+    if name == "notebook_seconds":
+        return day_record.get("notebook_seconds")
+    return day_record.get("figures", {}).get(name)
+
+
+def report(day: str, name: str, value: float) -> str:
+    """Print the learner's figure, then the record's value for the active profile, both in the
+    figure's format from :data:`FORMATS`.
+
+    Args:
+        day: the notebook's folder prefix, e.g. ``"day09"``.
+        name: the figure's name in :data:`FORMATS`, e.g. ``"heldout_accuracy"``.
+        value: the learner's figure (a float, or a 0-d tensor).
+
+    Returns:
+        The printed line.
+
+    Raises:
+        KeyError: for a name the record does not know.
+    """
+    spec = FORMATS[name][1]
+    value = float(value)
+    active = profile.current()
+    stored = recorded(day, name, active)
+    said = spec.format(stored) if stored is not None else "not measured"
+    line = f"{describe(name, value)}   (course record, {active} profile: {said})"
+    print(line)
+    out = os.environ.get("COURSE_RECORD_OUT")
+    if out and math.isfinite(value):
+        with open(out, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"day": day, "name": name, "value": value,
+                                "profile": active}) + "\n")
+    return line

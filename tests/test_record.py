@@ -1,0 +1,179 @@
+"""The course's measured record (course/record.json) and everything that quotes it.
+
+A figure a notebook or the README states must be the one the record holds: the training cells
+print the learner's figure next to the record's (``course.record.report``), the README's table is
+rendered from the record, and a markdown sentence that quotes the record is held against it here.
+Regenerate with ``python -m autograder record`` (idle machine; the cpu profile takes ~20 min).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from autograder.measure import (
+    CPU_NOTEBOOK_LIMIT_S,
+    README_END,
+    README_START,
+    render_table,
+    update_readme,
+)
+from course import record as course_record
+from course.record import FORMATS, load, report
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = load()
+NOTEBOOKS = sorted((ROOT / "source").glob("day*/day*.ipynb"))
+REPORT_CALL = re.compile(r"""report\(\s*"(day\d\d)",\s*"(\w+)\"""")
+
+# Claims in prose that compare figures of the record (day, prose that states it, check).
+CLAIMS = [
+    ("day09", "98% held-out accuracy", lambda f: f["heldout_accuracy"] >= 0.98),
+    ("day11", "97%+", lambda f: f["heldout_accuracy"] >= 0.97),
+    ("day14", "ModernGPT learned faster",
+     lambda f: f["moderngpt_val_loss"] < f["tinygpt_val_loss"]),
+    ("day14", "the gap widens", lambda f: f["speedup"] > 1),
+]
+
+
+def _cells(path: Path, kind: str) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind]
+
+
+def _day_entry(profile: str, day: str) -> dict:
+    days = RECORD["profiles"][profile]["days"]
+    return next(v for k, v in days.items() if k.startswith(day + "_"))
+
+
+def test_every_day_is_recorded_in_the_cpu_and_grading_profiles_within_its_limit():
+    days = sorted(p.parent.name for p in NOTEBOOKS)
+    for profile in ("cpu", "grading"):
+        entry = RECORD["profiles"][profile]
+        assert entry["measured"], f"the {profile} profile was never measured"
+        assert sorted(entry["days"]) == days, f"{profile}: days missing from the record"
+    slow = {day: e["notebook_seconds"] for day, e in RECORD["profiles"]["cpu"]["days"].items()
+            if e["notebook_seconds"] > CPU_NOTEBOOK_LIMIT_S}
+    assert not slow, f"over {CPU_NOTEBOOK_LIMIT_S} s in the cpu profile: {slow}"
+    gpu = RECORD["profiles"]["gpu"]
+    assert gpu["measured"] is None or sorted(gpu["days"]) == days, \
+        "a measured gpu profile holds every day"
+
+
+def test_every_reported_figure_is_recorded_and_every_recorded_figure_is_reported():
+    reported = set()
+    for path in NOTEBOOKS:
+        for source in _cells(path, "code"):
+            for day, name in REPORT_CALL.findall(source):
+                assert path.name.startswith(day + "_"), f"{path.name} reports as {day}"
+                assert name in FORMATS, f"{path.name}: report of unknown figure {name!r}"
+                reported.add((day, name))
+    assert reported, "no notebook reports a figure"
+    for profile in ("cpu", "grading"):
+        recorded = {(k.split("_")[0], name)
+                    for k, v in RECORD["profiles"][profile]["days"].items()
+                    for name in v["figures"]}
+        assert recorded == reported, (
+            f"{profile}: reported but not recorded {sorted(reported - recorded)}; recorded but "
+            f"no longer reported {sorted(recorded - reported)} (run python -m autograder record)")
+
+
+def test_the_readme_table_is_the_record():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
+    assert block == render_table(RECORD), \
+        "README's record table differs from course/record.json: run python -m autograder record"
+
+
+# what a sentence that quotes the record may state: a percentage, seconds, minutes, a speed-up,
+# or a decimal (a loss); integers without a unit (layers, steps, d_model) are settings
+_QUOTED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(%|minutes?\b|s\b|×)|(?<![\w.])(\d+\.\d+)(?![\w.])")
+
+
+def _matches(stated: str, unit: str, figures: dict[str, float]) -> bool:
+    value = float(stated.replace(",", ""))
+    decimals = len(stated.split(".")[1]) if "." in stated else 0
+    if unit == "%":
+        candidates = [v * 100 for k, v in figures.items() if k.endswith("accuracy")]
+    elif unit.startswith("minute"):
+        return any(round(v / 60) == value for k, v in figures.items() if k.endswith("seconds"))
+    elif unit == "s":
+        candidates = [v for k, v in figures.items() if k.endswith("seconds")]
+    elif unit == "×":
+        candidates = [figures.get("speedup", float("nan"))]
+    else:
+        candidates = list(figures.values())
+    return any(abs(round(v, decimals) - value) < 1e-9 for v in candidates)
+
+
+def _figures(profile: str, day: str) -> dict[str, float]:
+    entry = _day_entry(profile, day)
+    return {**entry["figures"], "notebook_seconds": entry["notebook_seconds"]}
+
+
+def _record_sentences() -> list[tuple[str, str]]:
+    found = []
+    for path in NOTEBOOKS:
+        day = path.name[:5]
+        for text in _cells(path, "markdown"):
+            for sentence in re.split(r"(?<=[.!?])\s+|\n\n", text):
+                if "record" in sentence:
+                    found.append((day, " ".join(sentence.split())))
+    return found
+
+
+def test_prose_that_quotes_the_record_states_what_it_holds():
+    sentences = _record_sentences()
+    assert len(sentences) >= 8, "the notebooks quote the record in fewer places than expected"
+    wrong = []
+    for day, sentence in sentences:
+        profiles = ["cpu", "grading"] if "grading" in sentence else ["cpu"]
+        figures = {}
+        for profile in profiles:
+            for name, value in _figures(profile, day).items():
+                figures[f"{profile}/{name}"] = value
+        for m in _QUOTED.finditer(sentence):
+            stated, unit = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), "")
+            if not _matches(stated, unit, figures):
+                wrong.append(f"{day}: {stated}{unit} in \"{sentence[:120]}\"")
+    assert not wrong, "prose states figures the record does not hold:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("day, prose, holds", CLAIMS, ids=[c[1] for c in CLAIMS])
+def test_claims_the_prose_makes_about_the_record_hold(day, prose, holds):
+    text = "\n".join(_cells(next(p for p in NOTEBOOKS if p.name.startswith(day)), "markdown"))
+    assert prose in " ".join(text.split()), f"{day} no longer says {prose!r}: update CLAIMS"
+    assert holds(_day_entry("cpu", day)["figures"]), f"{day}: the record contradicts {prose!r}"
+
+
+def test_report_prints_the_learners_figure_next_to_the_record(tmp_path, monkeypatch, capsys):
+    fake = {"machine": {}, "profiles": {
+        "cpu": {"measured": "2026-01-01", "days": {"day09_training_loop": {
+            "notebook_seconds": 160.0, "figures": {"heldout_accuracy": 0.992}}}},
+        "grading": {"measured": None, "days": {}}, "gpu": {"measured": None, "days": {}}}}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(fake))
+    monkeypatch.setattr(course_record, "RECORD_FILE", path)
+    out = tmp_path / "figures.jsonl"
+    monkeypatch.setenv("COURSE_RECORD_OUT", str(out))
+    monkeypatch.setenv("COURSE_PROFILE", "cpu")
+    line = report("day09", "heldout_accuracy", 0.9896)
+    assert line == "held-out accuracy 98.96%   (course record, cpu profile: 99.20%)"
+    assert capsys.readouterr().out == line + "\n"
+    assert json.loads(out.read_text()) == {"day": "day09", "name": "heldout_accuracy",
+                                           "value": 0.9896, "profile": "cpu"}
+    monkeypatch.setenv("COURSE_PROFILE", "grading")
+    assert report("day09", "heldout_accuracy", 0.9).endswith("grading profile: not measured)")
+    with pytest.raises(KeyError):
+        report("day09", "no_such_figure", 1.0)
+
+
+def test_the_readme_block_is_rewritten_in_place(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{README_START}\nold table\n{README_END}\nafter\n")
+    update_readme(readme, RECORD)
+    assert readme.read_text() == (f"before\n{README_START}\n{render_table(RECORD)}\n"
+                                  f"{README_END}\nafter\n")
