@@ -36,6 +36,8 @@ CLAIMS = [
     ("day14", "ModernGPT learned faster",
      lambda f: f["moderngpt_val_loss"] < f["tinygpt_val_loss"]),
     ("day14", "the gap widens", lambda f: f["speedup"] > 1),
+    ("day14", "Without QK-norm it grows step after step",
+     lambda f: f["largest_logit_plain"] > 10 * f["largest_logit_qk_norm"]),
 ]
 
 

@@ -64,6 +64,24 @@ def check_cached_attention(CachedCausalSelfAttention) -> None:
     passed("CachedCausalSelfAttention: prefill + one cached step equals the full pass")
 
 
+def check_qk_norm(CachedCausalSelfAttention) -> None:
+    """With qk_norm=True, queries and keys 10 times larger give the same output."""
+    torch.manual_seed(0)
+    attn = call(CachedCausalSelfAttention, 16, 2, 8, qk_norm=True).eval()
+    for name in ("q_norm", "k_norm"):
+        if tuple(getattr(getattr(attn, name, None), "weight", torch.empty(0)).shape) != (8,):
+            raise CheckFailure(f"with qk_norm=True, self.{name} should be RMSNorm(d_k = 8)")
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        before, _ = attn(x)
+        attn.qkv.weight[:32] *= 10                     # rows of W_q and W_k: (32, 16)
+        after, _ = attn(x)
+    assert_close(after, before, "output after scaling W_q and W_k by 10", rtol=1e-4, atol=1e-5,
+                 hint="apply q, k = self.q_norm(q), self.k_norm(k) after the head split")
+    passed("with qk_norm=True, queries and keys 10x larger give the same output: the norms fix "
+           "the scale of the logits")
+
+
 def check_modern_gpt(ModernGPT) -> None:
     """Logits shape; head tied to the embedding."""
     model = call(ModernGPT, 20, d_model=32, num_heads=4, num_layers=2, max_len=16,
