@@ -85,6 +85,9 @@ def run_day(folder: Path, day: str, profile: str, timeout: int) -> dict:
             client.execute()
         except CellExecutionError as exc:
             raise PipelineError(f"{day} failed in the {profile} profile:\n{exc}") from None
+        finally:
+            if km.has_kernel:       # a kernel manager handed to nbclient is ours to stop
+                km.shutdown_kernel(now=True)
         seconds = time.perf_counter() - start
     finally:
         for k, v in saved.items():

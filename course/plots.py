@@ -85,3 +85,50 @@ def plot_gradient_norms(norms: torch.Tensor, title: str = "Gradient reaching eac
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def family_masks(n_in: int = 4, n_out: int = 4) -> dict[str, torch.Tensor]:
+    """Who may attend to whom in the three Transformer families, as bool matrices
+    (True: the row's token may look at the column's token).
+
+    - encoder-only (BERT): every input token sees every input token, (n_in, n_in);
+    - decoder-only (GPT): each token sees itself and the past, (n_in + n_out, n_in + n_out);
+    - encoder–decoder (T5): rows and columns are the n_in input then the n_out output tokens;
+      the encoder's rows see all inputs; the decoder's rows see all inputs (cross-attention)
+      and the outputs up to themselves (causal self-attention).
+    """
+    n = n_in + n_out
+    both = torch.zeros(n, n, dtype=torch.bool)
+    both[:n_in, :n_in] = True                                        # encoder: full
+    both[n_in:, :n_in] = True                                        # cross-attention
+    both[n_in:, n_in:] = torch.ones(n_out, n_out, dtype=torch.bool).tril()
+    return {"encoder-only (BERT)": torch.ones(n_in, n_in, dtype=torch.bool),
+            "decoder-only (GPT)": torch.ones(n, n, dtype=torch.bool).tril(),
+            "encoder–decoder (T5)": both}
+
+
+@not_drawn_while_grading
+def plot_model_families(n_in: int = 4, n_out: int = 4):
+    """The three families' attention patterns side by side. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    masks = family_masks(n_in, n_out)
+    inputs = [f"in{i}" for i in range(n_in)]
+    outputs = [f"out{i}" for i in range(n_out)]
+    labels = {"encoder-only (BERT)": inputs, "decoder-only (GPT)": inputs + outputs,
+              "encoder–decoder (T5)": inputs + outputs}
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.2))
+    for ax, (name, mask) in zip(axes, masks.items(), strict=True):
+        ax.imshow(mask.float(), cmap="viridis", vmin=0, vmax=1)
+        ticks = labels[name]
+        ax.set_xticks(range(len(ticks)), ticks, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(ticks)), ticks, fontsize=8)
+        ax.set_xlabel("may look at")
+        ax.set_ylabel("token")
+        ax.set_title(name)
+        if name.startswith("encoder–decoder"):
+            ax.axhline(n_in - 0.5, color="white", lw=1)
+            ax.axvline(n_in - 0.5, color="white", lw=1)
+    fig.suptitle("Who attends to whom (bright: allowed)")
+    fig.tight_layout()
+    return fig

@@ -41,6 +41,7 @@ FORMATS = {
     "speedup": ("speed-up", "{:.1f}x"),
     "tinygpt_val_loss": ("TinyGPT validation loss", "{:.2f}"),
     "moderngpt_val_loss": ("ModernGPT validation loss", "{:.2f}"),
+    "previous_token_score": ("best head's weight on the previous character", "{:.0%}"),
     "largest_logit_plain": ("largest attention logit without QK-norm", "{:.1f}"),
     "largest_logit_qk_norm": ("largest attention logit with QK-norm", "{:.1f}"),
     "val_loss_plain": ("validation loss without QK-norm", "{:.2f}"),

@@ -36,6 +36,7 @@ __all__ = [
     "plot_causal_influence",
     "plot_loss_curves",
     "plot_sampling_distribution",
+    "saved_activation_bytes",
     "sampling_widget",
     "show_side_by_side",
 ]
@@ -326,3 +327,30 @@ def plot_attention_memory(rows: Sequence[tuple[int, int, int]],
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def saved_activation_bytes(model: nn.Module, idx: torch.Tensor) -> int:
+    """Bytes of the tensors autograd keeps for the backward pass of one language-model loss.
+
+    Runs ``cross_entropy(model(idx)[..., :-1], idx[..., 1:])`` with gradients on, counts each
+    saved tensor's storage once, and leaves out the parameters (they are weights, not
+    activations). ``model(idx)`` may return the logits or a tuple that starts with them.
+    Nothing is trained: the graph is dropped without a backward pass.
+    """
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(idx)
+        logits = out[0] if isinstance(out, tuple) else out                  # (B, T, V)
+        V = logits.size(-1)
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V),
+                                                 idx[:, 1:].reshape(-1))   # (B*(T-1), V)
+    del loss
+    return sum(seen.values())

@@ -9,6 +9,7 @@ import nbformat
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 matplotlib.use("Agg")
 
@@ -133,3 +134,72 @@ def test_show_side_by_side(capsys):
     assert lines[0].startswith("before") and "| after" in lines[0]
     assert lines[2] == "ab    | xxxxx"
     assert lines[4] == "      | xx"
+
+
+class _QKVAttention(nn.Module):
+    """Day 12's contract: a fused qkv Linear(D, 3D), heads split from (B, T, D)."""
+
+    def __init__(self, d_model: int, num_heads: int) -> None:
+        super().__init__()
+        self.h, self.qkv = num_heads, nn.Linear(d_model, 3 * d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = (t.view(B, T, self.h, D // self.h).transpose(1, 2)
+                   for t in self.qkv(x).split(D, dim=2))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(
+            B, T, D)
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, num_heads: int) -> None:
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(d_model), _QKVAttention(d_model, num_heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.attn(self.ln1(x))
+
+
+class _QKVGPT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(11, 16)
+        self.blocks = nn.ModuleList([_Block(16, 2) for _ in range(2)])
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_attention_maps_read_both_kinds_of_tinygpt_and_leave_no_hook():
+    """The learner's fused-qkv layout and the nn.TransformerEncoderLayer stand-in."""
+    from course.heads import attention_maps, previous_token_scores
+
+    torch.manual_seed(0)
+    idx = torch.randint(0, 11, (2, 9))
+    # the learner's layout: the maps equal softmax(q k^T / sqrt(d_k)) of the first block
+    mine = _QKVGPT()
+    maps = attention_maps(mine, idx)
+    assert maps.shape == (2, 2, 9, 9)
+    x = mine.blocks[0].ln1(mine.tok(idx[:1]))
+    q, k, _ = mine.blocks[0].attn.qkv(x).split(16, dim=2)
+    q, k = (t.view(1, 9, 2, 8).transpose(1, 2) for t in (q, k))
+    mask = torch.ones(9, 9, dtype=torch.bool).tril()
+    want = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, -math.inf).softmax(-1)
+    torch.testing.assert_close(maps[0], want[0].detach(), rtol=1e-4, atol=1e-6)
+    # the stand-in: the maps equal nn.MultiheadAttention's own weights
+    standin = textgen.ReferenceTinyGPT(11, d_model=16, num_heads=4, num_layers=2, n_ctx=9)
+    maps = attention_maps(standin, idx)
+    block = standin.blocks[0]
+    h = block.norm1(standin.tok(idx) + standin.pos(torch.arange(9)))
+    _, weights = block.self_attn(h, h, h, attn_mask=~mask, need_weights=True,
+                                 average_attn_weights=False)
+    torch.testing.assert_close(maps[0], weights[0].detach(), rtol=1e-4, atol=1e-6)
+    assert not any(m._forward_pre_hooks for m in standin.modules())
+    # a perfect previous-token head scores 1
+    perfect = torch.zeros(1, 1, 9, 9)
+    perfect[0, 0, 0, 0] = 1
+    perfect[0, 0, torch.arange(1, 9), torch.arange(8)] = 1
+    assert previous_token_scores(perfect).item() == 1.0

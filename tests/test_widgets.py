@@ -338,6 +338,9 @@ def softmax(x, dim=-1):
     return torch.softmax(x, dim)
 assert plots.plot_softmax_saturation(softmax) is None
 assert plots.plot_attention(torch.eye(2), ["a", "b"]) is None
+assert plots.plot_model_families() is None
+from course import heads
+assert heads.plot_heads(torch.eye(3)[None, None], "abc", torch.ones(1, 1)) is None
 assert widgets.scaling_explorer(softmax) is None
 assert widgets.attention_explorer(lambda x: x, "a b") is None
 assert textgen.plot_loss_curves({"train": [(0, 1.0)]}) is None
@@ -353,3 +356,18 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_model_families_masks():
+    """Encoder-only sees everything, decoder-only the past, encoder-decoder both in blocks."""
+    from course.plots import family_masks, plot_model_families
+
+    masks = family_masks(3, 2)
+    assert bool(masks["encoder-only (BERT)"].all())
+    gpt = masks["decoder-only (GPT)"]
+    assert torch.equal(gpt, torch.ones(5, 5, dtype=torch.bool).tril())
+    t5 = masks["encoder–decoder (T5)"]
+    assert bool(t5[:3, :3].all()) and not bool(t5[:3, 3:].any())      # encoder: inputs only
+    assert bool(t5[3:, :3].all())                                       # cross-attention
+    assert torch.equal(t5[3:, 3:], torch.ones(2, 2, dtype=torch.bool).tril())
+    assert plot_model_families() is not None

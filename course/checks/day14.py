@@ -82,6 +82,22 @@ def check_qk_norm(CachedCausalSelfAttention) -> None:
            "the scale of the logits")
 
 
+def check_training_memory(training_memory, lora_params) -> None:
+    """A 1,000-parameter model in float32 with AdamW; one LoRA adapter."""
+    out = call(training_memory, 1000, 1000)
+    want = {"weights": 4000, "gradients": 4000, "optimizer": 8000, "total": 16000}
+    if out != want:
+        raise CheckFailure(f"training_memory(1000, 1000) should be {want}, got {out!r}")
+    frozen = call(training_memory, 1000, 10, 2)
+    if frozen.get("gradients") != 20 or frozen.get("optimizer") != 40:
+        raise CheckFailure("with 10 trainable of 1,000 parameters in 2 bytes, gradients are 20 "
+                           f"bytes and optimizer states 40, got {frozen!r}")
+    if call(lora_params, 768, 768, 8) != 12288:
+        raise CheckFailure("lora_params(768, 768, 8) should be 8 * (768 + 768) = 12,288")
+    passed("AdamW in float32 holds 4 copies of the model; LoRA r = 8 on a 768 x 768 matrix trains "
+           "12,288 values")
+
+
 def check_modern_gpt(ModernGPT) -> None:
     """Logits shape; head tied to the embedding."""
     model = call(ModernGPT, 20, d_model=32, num_heads=4, num_layers=2, max_len=16,
