@@ -121,6 +121,28 @@ class ActivationProbe(Probe):
         return h
 
 
+class _FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(F.gelu(self.linear1(x)))
+
+
+class FeedForwardProbe(Probe):
+    """Two feed-forward blocks of Day 6's contract (``ffn1.linear1`` 6 -> 10 and
+    ``ffn2.linear1`` 6 -> 8 feed a GELU) and a ``head`` Linear 6 -> 3 that feeds none.
+    (..., 6) -> (..., 3)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ffn1, self.ffn2, self.head = _FeedForward(6, 10), _FeedForward(6, 8), nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.ffn2(x + self.ffn1(x)))
+
+
 class BrokenForward(Probe):
     """A model whose forward pass raises ValueError after two submodules ran."""
 

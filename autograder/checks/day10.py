@@ -1,5 +1,5 @@
 """Hidden tests of Day 10: gradient_norms, activation_stats (hooks), attention_entropy,
-one_step_changes, bug hunt.
+one_step_changes, dead_units, bug hunt.
 
 Expected values come from gradients and activations injected or computed here with PyTorch,
 from the entropy formula evaluated in float64, and from the known bug of each set-up.
@@ -12,8 +12,14 @@ import math
 import torch
 
 from autograder.checks import CheckFailure, call, compare, rng
-from course.checking import observe, twin
-from course.probes import ActivationProbe, BrokenForward, GradientProbe, hook_count
+from course.checking import note_value_checked, observe, twin
+from course.probes import (
+    ActivationProbe,
+    BrokenForward,
+    FeedForwardProbe,
+    GradientProbe,
+    hook_count,
+)
 
 # ---------------------------------------------------------------------------- gradient_norms
 
@@ -271,6 +277,67 @@ def check_one_step_changes(one_step_changes) -> None:
             rtol=1e-5, atol=1e-8)
 
 
+# -------------------------------------------------------------------------------- dead_units
+
+def _dead_reference(model, x, reduce="all") -> dict[str, int]:
+    """Units of every ``linear1`` whose output is <= 0 for every row (``reduce="any"``: for
+    some row), computed here with the same weights."""
+    with torch.no_grad():
+        first = model.ffn1.linear1(x)
+        h = x + model.ffn1(x)
+        second = model.ffn2.linear1(h)
+    count = (lambda o: int((o.reshape(-1, o.size(-1)) <= 0).all(0).sum())) if reduce == "all" \
+        else (lambda o: int((o.reshape(-1, o.size(-1)) <= 0).any(0).sum()))
+    return {"ffn1.linear1": count(first), "ffn2.linear1": count(second)}
+
+
+def check_dead_units(dead_units) -> None:
+    """Injected biases kill 3 of ffn1's 10 units and 5 of ffn2's 8; (4, 5, 6) inputs; the head
+    is not a feed-forward layer; no hook is left."""
+    model = FeedForwardProbe()
+    g = rng(107)
+    with torch.no_grad():
+        for layer, dead in ((model.ffn1.linear1, (0, 4, 7)), (model.ffn2.linear1, (1, 2, 3, 5, 6))):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * 0.3)
+            layer.bias.copy_(torch.rand(layer.bias.shape, generator=g) + 3.0)   # alive: > 0
+            layer.bias[list(dead)] = -40.0                                       # dead: < 0
+        model.ffn1.linear1.bias[2] = 0.0              # off for some rows only: not dead
+        model.ffn1.linear1.weight[9] = torch.tensor([1.0, 0, 0, 0, 0, 0])   # reads feature 0
+        model.ffn1.linear1.bias[9] = 0.0
+    x = torch.randn(4, 5, 6, generator=g)
+    x[0, :, 0] = -x[0, :, 0].abs() - 0.1              # unit 9: off for all of example 0 only
+    x[1:, :, 0] = x[1:, :, 0].abs() + 0.1
+    twin_model = twin(model)
+    before = _hook_count(twin_model)
+    out = call(dead_units, twin_model, x, name="dead_units(model, x of shape (4, 5, 6))")
+    if not isinstance(out, dict):
+        raise CheckFailure(f"dead_units should return a dict, got {type(out).__name__}.")
+    expected = _dead_reference(model, x)
+    if "head.linear1" in out or "head" in out:
+        raise CheckFailure("dead_units reported `head`, which feeds no GELU: count only the "
+                           "Linear layers named `linear1` (Day 6's FeedForward contract).")
+    if set(out) != set(expected):
+        raise CheckFailure(f"dead_units returned keys {sorted(out)}, expected {sorted(expected)}: "
+                           "one entry per submodule whose name ends with 'linear1', named as "
+                           "in model.named_modules().")
+    bad = [n for n, v in out.items() if type(v) is not int]
+    if bad:
+        raise CheckFailure(f"dead_units[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: return "
+                           "a count (int).")
+    if out != expected:
+        loose = _dead_reference(model, x, reduce="any")
+        hint = (": you counted units that are off for *some* token; a dead unit is off for "
+                "every token of every example (.all over the rows)" if out == loose else
+                ": a unit is dead when its linear1 output is <= 0 for every row of "
+                "output.reshape(-1, d_ff) (every example and every position)")
+        raise CheckFailure(f"dead_units gave {out}, expected {expected}{hint}.")
+    note_value_checked()
+    left = _hook_count(twin_model) - before
+    if left:
+        raise CheckFailure(f"{left} forward hooks are still registered after dead_units "
+                           "returned: remove each handle (in a finally: block).")
+
+
 # ------------------------------------------------------------------------------- bug hunt
 
 _KEYS = {"no_zero_grad", "lr_too_high", "shuffled_labels", "mask_blocks_attention",
@@ -286,7 +353,8 @@ _TELL = {
          "unchanged: every token sees only itself",
     "E": "E's input projection output has a std tens of times the healthy run's: the inputs "
          "are not normalized",
-    "F": "F's loss jumps up and stays high: the step size",
+    "F": "F's loss jumps up and stays high, and many of its feed-forward units are dead: "
+         "the step size",
 }
 
 

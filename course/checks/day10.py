@@ -84,6 +84,32 @@ def check_one_step_changes(one_step_changes) -> None:
            "not move (0.0)")
 
 
+class _OneFeedForward(nn.Module):
+    """``ffn.linear1`` (3 -> 4) -> GELU -> ``ffn.linear2`` (4 -> 3)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ffn = nn.Module()
+        self.ffn.linear1, self.ffn.linear2 = nn.Linear(3, 4), nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ffn.linear2(torch.nn.functional.gelu(self.ffn.linear1(x)))
+
+
+def check_dead_units(dead_units) -> None:
+    """One feed-forward block whose second hidden unit can never switch on."""
+    model = _OneFeedForward()
+    with torch.no_grad():
+        model.ffn.linear1.weight.fill_(0.1)
+        model.ffn.linear1.bias.copy_(torch.tensor([1.0, -50.0, 1.0, 1.0]))
+    out = call(dead_units, model, torch.randn(2, 5, 3))
+    if out != {"ffn.linear1": 1}:
+        raise CheckFailure(f"expected {{'ffn.linear1': 1}} (unit 1's bias is -50), got {out!r}")
+    if any(len(m._forward_hooks) for m in model.modules()):
+        raise CheckFailure("hooks are still registered: call handle.remove() on each")
+    passed("one dead unit found in ffn.linear1; no hook left behind")
+
+
 def check_diagnosis_format(DIAGNOSIS) -> None:
     """Six letters, each mapped to one of the bug keys (not whether they are right)."""
     if not isinstance(DIAGNOSIS, dict) or sorted(DIAGNOSIS) != list("ABCDEF"):
