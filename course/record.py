@@ -46,6 +46,14 @@ FORMATS = {
     "largest_logit_qk_norm": ("largest attention logit with QK-norm", "{:.1f}"),
     "val_loss_plain": ("validation loss without QK-norm", "{:.2f}"),
     "val_loss_qk_norm": ("validation loss with QK-norm", "{:.2f}"),
+    "ablation_loss_modern": ("ModernGPT (Pre-LN, RoPE): validation loss", "{:.3f}"),
+    "ablation_loss_post_ln": ("Post-LN: validation loss", "{:.3f}"),
+    "ablation_loss_no_positions": ("no position information: validation loss", "{:.3f}"),
+    "ablation_loss_learned_positions": ("learned positions: validation loss", "{:.3f}"),
+    "rope_loss_within": ("RoPE, trained positions: loss", "{:.3f}"),
+    "rope_loss_beyond": ("RoPE, positions beyond training: loss", "{:.3f}"),
+    "no_positions_loss_within": ("no positions, trained positions: loss", "{:.3f}"),
+    "no_positions_loss_beyond": ("no positions, beyond training: loss", "{:.3f}"),
 }
 
 
