@@ -36,6 +36,8 @@ CLAIMS = [
     ("day14", "ModernGPT learned faster",
      lambda f: f["moderngpt_val_loss"] < f["tinygpt_val_loss"]),
     ("day14", "the gap widens", lambda f: f["speedup"] > 1),
+    ("day13", "The pretrained copy starts where the scratch run can only dream of ending",
+     lambda f: f["finetune_loss"] < f["finetune_before"] < f["scratch_loss"]),
     ("day14", "Learned positions trail RoPE at equal steps",
      lambda f: f["ablation_loss_modern"] < f["ablation_loss_learned_positions"]),
     ("day14", "Without any position information the loss is far higher",
