@@ -34,6 +34,7 @@ __all__ = [
     "load_tinygpt",
     "plot_attention_memory",
     "plot_causal_influence",
+    "plot_finetune",
     "plot_loss_curves",
     "plot_sampling_distribution",
     "saved_activation_bytes",
@@ -354,3 +355,24 @@ def saved_activation_bytes(model: nn.Module, idx: torch.Tensor) -> int:
                                                  idx[:, 1:].reshape(-1))   # (B*(T-1), V)
     del loss
     return sum(seen.values())
+
+
+@not_drawn_while_grading
+def plot_finetune(fine: dict, fresh: dict):
+    """Day 13: held-out (solid) and training (dashed) losses of the fine-tuned and the
+    from-scratch run, two ``train`` histories. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for history, name, color in ((fine, "fine-tuned from your model", "#21918c"),
+                                 (fresh, "from scratch", "#440154")):
+        ax.plot(history["step"], history["val_loss"], "o-", color=color, ms=3,
+                label=f"{name} (held-out half)")
+        ax.plot(history["step"], history["train_loss"], "--", color=color, lw=1,
+                label=f"{name} (its training half)")
+    ax.set_xlabel("fine-tuning step")
+    ax.set_ylabel("loss (nats)")
+    ax.set_title("Pretrain, then fine-tune: same data, same steps")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -339,6 +339,7 @@ def softmax(x, dim=-1):
 assert plots.plot_softmax_saturation(softmax) is None
 assert plots.plot_attention(torch.eye(2), ["a", "b"]) is None
 assert plots.plot_model_families() is None
+assert textgen.plot_finetune({}, {}) is None
 from course import heads
 assert heads.plot_heads(torch.eye(3)[None, None], "abc", torch.ones(1, 1)) is None
 assert widgets.scaling_explorer(softmax) is None
