@@ -106,6 +106,10 @@ def run_day(folder: Path, day: str, profile: str, timeout: int) -> dict:
     return {"notebook_seconds": round(seconds, 1), "figures": figures}
 
 
+def _seconds(entry: dict) -> str:
+    return f"{entry['notebook_seconds']:.0f} s" if entry else "not measured"
+
+
 def render_table(record: dict) -> str:
     """The README's table: per day, the cpu profile's figures and both profiles' times."""
     cpu = record["profiles"].get("cpu", {}).get("days", {})
@@ -129,11 +133,8 @@ def render_table(record: dict) -> str:
         said = "; ".join(describe(name, figures[name]) for name in FORMATS
                          if name in figures) or "—"
 
-        def secs(entry: dict) -> str:
-            return f"{entry['notebook_seconds']:.0f} s" if entry else "not measured"
-
-        lines.append(f"| {day} | {said} | {secs(cpu.get(day, {}))} | "
-                     f"{secs(grading.get(day, {}))} |")
+        lines.append(f"| {day} | {said} | {_seconds(cpu.get(day, {}))} | "
+                     f"{_seconds(grading.get(day, {}))} |")
     return "\n".join(lines)
 
 
