@@ -87,6 +87,24 @@ def plot_gradient_norms(norms: torch.Tensor, title: str = "Gradient reaching eac
     return fig
 
 
+@not_drawn_while_grading
+def plot_lr_schedule(lrs: Sequence[float], warmup_steps: int, total_steps: int):
+    """The learning rate at every optimizer step (``lrs[s]`` used by step ``s``), with the end
+    of the warm-up marked. Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot(list(lrs), color="#21918c")
+    ax.axvline(warmup_steps, color="#888888", linestyle=":", label="end of warm-up")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("learning rate")
+    ax.set_title(f"Your schedule: {warmup_steps} warm-up steps, cosine to 0 at step "
+                 f"{total_steps}")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
 def family_masks(n_in: int = 4, n_out: int = 4) -> dict[str, torch.Tensor]:
     """Who may attend to whom in the three Transformer families, as bool matrices
     (True: the row's token may look at the column's token).
