@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 from autograder.build import PipelineError, resolve_days
-from autograder.classroom import COURSE_ID, INSTRUCTOR, MARK, _require_root, users_python
+from autograder.classroom import _require_root
+from autograder.classroom_setup import COURSE_ID, INSTRUCTOR, MARK, users_python
 from autograder.collect import find_submitted_notebook
 
 
