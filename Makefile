@@ -1,11 +1,11 @@
 # One command per job. `make demo` builds the course and grades sample submissions;
-# `make test` runs the whole test suite. Both create .venv on first use.
+# `make test` runs the whole test suite; `make classroom` runs the course on a JupyterHub. Both create .venv on first use.
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lab build verify check-sync lint clean
+.PHONY: demo test lab build verify check-sync lint clean classroom
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check course autograder tests
 	$(PY) -m pytest -q
+
+# The course on a JupyterHub on this machine (as root; see README "Running a class").
+# Ctrl-C stops it, or `python -m autograder classroom stop` from another shell.
+classroom: $(STAMP)
+	$(PY) -m autograder classroom start $(CLASSROOM_ARGS)
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=release

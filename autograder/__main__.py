@@ -13,6 +13,7 @@ Commands:
     author F NB  turn a plain-text notebook (see autograder/authoring.py) into a source notebook
     selfcheck NB grade one learner notebook with the hidden tests, offline (notebook untouched)
     progress     the 14 days with the points of each day's latest self-check
+    classroom    run the course on a JupyterHub: start, stop; release, collect, grade, return DAY
 """
 
 from __future__ import annotations
@@ -340,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     # progress (points per day from the latest self-checks); see autograder/selfcheck.py.
     from autograder.selfcheck import add_learner_commands
     add_learner_commands(sub, _add_common)
+    from autograder.classroom import add_classroom_command
+    add_classroom_command(sub, _add_common)
 
     args = parser.parse_args(argv)
     # nbgrader runs helper executables (alembic) and kernels from PATH: make this

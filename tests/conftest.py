@@ -44,6 +44,7 @@ PACKAGES_FOR = {  # words of a skip reason -> the Debian packages that remove it
     "bwrap": "bubblewrap",
     "Chromium": "chromium",
     "chromium": "chromium",
+    "configurable-http-proxy": "nodejs npm (then: npm install -g configurable-http-proxy)",
 }
 
 

@@ -1,0 +1,304 @@
+"""``python -m autograder classroom``: the course on a JupyterHub, on one machine.
+
+``classroom start`` (as root) sets up, under one folder (``--dir``, default
+``/srv/tfs-classroom``):
+
+- ``accounts.json`` (root, ``0600``): one generated password per account, printed at start;
+- system accounts ``student1``..``studentN`` and ``instructor`` (``useradd``, marked in
+  their GECOS field so an account of the machine is never taken over), each with a private
+  home ``home/<name>`` (``0700``): each hub user's server runs as that
+  account (JupyterHub's ``LocalProcessSpawner``), so students cannot read each other's work;
+- nbgrader's exchange (``exchange/``, sticky like ``/tmp``; the course's ``inbound`` is
+  writable and not listable, nbgrader's own permissions);
+- the instructor's course folder ``home/instructor/course`` holding every day's ``release/``
+  notebooks, ready for ``nbgrader release_assignment``;
+- ``hub/`` (root, ``0700``): the generated ``jupyterhub_config.py``, the hub's database, logs.
+
+It also makes the checkout's ``source/``, ``solutions/``, ``autograder/`` (the hidden checks),
+``tests/`` and ``.git`` unreadable to other accounts: students' servers need only ``.venv``
+and ``course/``. It then runs JupyterHub (with ``configurable-http-proxy``) until Ctrl-C or
+``classroom stop``, and on the way out stops the hub, the proxy and every process of the
+classroom's accounts. The instructor's loop is in :mod:`autograder.classroom_loop`, the
+set-up in :mod:`autograder.classroom_setup`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from autograder.build import PipelineError, find_root
+from autograder.classroom_setup import (
+    INSTRUCTOR,
+    account_uids,
+    prepare,
+    restrict_checkout,
+    student_python,
+    students,
+)
+
+DEFAULT_DIR = Path(os.environ.get("TFS_CLASSROOM_DIR") or "/srv/tfs-classroom")
+
+
+def _require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise PipelineError(
+            f"classroom {what} must run as root: the hub starts each user's server as that "
+            "user's own system account (created with useradd), and grading drops each kernel "
+            "to a uid of its own. Run it with sudo (e.g. `sudo make classroom`).")
+
+
+# --------------------------------------------------------------------------- the hub
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hub_config(folder: Path, ip: str, port: int, names: list[str], python: Path,
+               extra_env: dict[str, str]) -> Path:
+    """Write ``hub/jupyterhub_config.py`` and return its path."""
+    hub = folder / "hub"
+    extra_env = dict(extra_env)
+    config_path = ":".join(filter(None, [str(folder / "config"),
+                                         extra_env.pop("JUPYTER_CONFIG_PATH_EXTRA", "")]))
+    proxy = shutil.which("configurable-http-proxy")
+    if proxy is None:
+        raise PipelineError("configurable-http-proxy is not installed: "
+                            "`npm install -g configurable-http-proxy` (Node.js from apt)")
+    env = {"JUPYTER_CONFIG_PATH": config_path,
+           "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin", **extra_env}
+    for key in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR"):
+        if os.environ.get(key):
+            env[key] = os.environ[key]
+    settings = {
+        "JupyterHub.ip": ip, "JupyterHub.port": port,
+        "JupyterHub.hub_ip": "127.0.0.1", "JupyterHub.hub_port": _free_port(),
+        "JupyterHub.db_url": f"sqlite:///{hub / 'jupyterhub.sqlite'}",
+        "JupyterHub.cookie_secret_file": str(hub / "jupyterhub_cookie_secret"),
+        "JupyterHub.pid_file": str(hub / "jupyterhub.pid"),
+        "JupyterHub.cleanup_servers": True, "JupyterHub.cleanup_proxy": True,
+        "JupyterHub.authenticator_class":
+            "autograder.classroom_auth.AccountsAuthenticator",
+        "AccountsAuthenticator.accounts_file": str(folder / "accounts.json"),
+        "Authenticator.allowed_users": sorted(names),
+        "Authenticator.admin_users": [INSTRUCTOR],
+        "JupyterHub.spawner_class": "jupyterhub.spawner.LocalProcessSpawner",
+        "Spawner.cmd": [str(python), "-m", "jupyterhub.singleuser"],
+        "Spawner.default_url": "/lab",
+        "Spawner.notebook_dir": "~",
+        "Spawner.environment": env,
+        "Spawner.start_timeout": 120, "Spawner.http_timeout": 120,
+        "ConfigurableHTTPProxy.command": [proxy],
+        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{_free_port()}",
+        "ConfigurableHTTPProxy.pid_file": str(hub / "proxy.pid"),
+    }
+    lines = ['"""Written by `python -m autograder classroom start`; edits are overwritten."""',
+             "c = get_config()  # noqa: F821"]
+    for key, value in settings.items():
+        cls, attr = key.split(".")
+        lines.append(f"c.{cls}.{attr} = {value!r}")
+    path = hub / "jupyterhub_config.py"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _proc_uid(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def leftovers(folder: Path) -> list[tuple[int, str]]:
+    """(pid, command) of every process of this classroom still running: any process of its
+    accounts, and any started in its ``hub/`` folder (the hub, the proxy)."""
+    uids = account_uids(folder)
+    hub = str((folder / "hub").resolve())
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        pid = int(d.name)
+        if _proc_uid(pid) in uids or _cwd(pid) == hub:
+            cmd = _cmdline(pid)
+            if cmd:  # zombies and kernel threads have none
+                out.append((pid, cmd))
+    return out
+
+
+def sweep(folder: Path, grace: float = 10.0) -> list[tuple[int, str]]:
+    """Stop every leftover process of this classroom (SIGTERM, then SIGKILL); returns those
+    that were found."""
+    found = leftovers(folder)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, _ in leftovers(folder):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while leftovers(folder) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not leftovers(folder):
+            break
+    return found
+
+
+def wait_for_hub(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    """Return once the hub answers at ``url``; raise with the log's tail if it does not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/hub/api", timeout=2):
+                return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+                raise PipelineError(f"the hub did not start (log {log}):\n{tail}") from None
+            time.sleep(0.3)
+
+
+def start(folder: Path, root: Path, n_students: int, ip: str, port: int) -> int:
+    """Set up the classroom, run the hub until Ctrl-C / SIGTERM, then stop everything."""
+    _require_root("start")
+    t0 = time.monotonic()
+    folder = folder.resolve()
+    state = folder / "hub" / "classroom.json"
+    if state.is_file() and _cmdline(json.loads(state.read_text())["pid"]):
+        raise PipelineError(f"a classroom is already running from {folder} "
+                            f"(stop it: python -m autograder classroom stop --dir {folder})")
+    sweep(folder)  # anything a killed earlier run left behind
+    closed = restrict_checkout(root)
+    accounts = prepare(folder, root, n_students)
+    (folder / "hub").mkdir(exist_ok=True)
+    os.chmod(folder / "hub", 0o700)
+    python, extra_env = student_python(folder, students(n_students)[0])
+    (folder / "config" / "python.json").write_text(
+        json.dumps({"python": str(python), "env": extra_env}), encoding="utf-8")
+    cfg = hub_config(folder, ip, port, list(accounts), python, extra_env)
+    log = folder / "hub" / "hub.log"
+    url = f"http://{'127.0.0.1' if ip in ('', '0.0.0.0') else ip}:{port}"
+    stop_now = []
+
+    def on_signal(signum, frame):
+        stop_now.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(cfg)],
+                                cwd=folder / "hub", stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    state.write_text(json.dumps({"pid": os.getpid(), "hub_pid": proc.pid, "url": url}))
+    try:
+        wait_for_hub(url, proc, log)
+        if closed:
+            print("closed to other accounts: " + ", ".join(p.name for p in closed))
+        shown = url if ip not in ("", "0.0.0.0") else f"http://{socket.getfqdn()}:{port}"
+        print(f"\nThe classroom's hub is up at {shown} (in {time.monotonic() - t0:.1f} s)")
+        print(f"  {'account':<12} password")
+        for name, password in accounts.items():
+            print(f"  {name:<12} {password}" + ("   (admin)" if name == INSTRUCTOR else ""))
+        print(f"\nInstructor, as root: python -m autograder classroom release|collect|grade|"
+              f"return DAY --dir {folder}\nStop: Ctrl-C, or python -m autograder classroom "
+              f"stop --dir {folder}", flush=True)
+        while not stop_now and proc.poll() is None:
+            time.sleep(0.3)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # the hub stops the servers and the proxy
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        swept = sweep(folder)
+        state.unlink(missing_ok=True)
+        print(f"classroom stopped; {len(swept)} leftover process(es) ended" if swept
+              else "classroom stopped; nothing left running", flush=True)
+    return 0 if stop_now else 1
+
+
+def stop(folder: Path, timeout: float = 60) -> int:
+    """Stop the classroom running from ``folder`` and anything it left behind."""
+    _require_root("stop")
+    folder = folder.resolve()
+    state = folder / "hub" / "classroom.json"
+    if state.is_file():
+        pid = json.loads(state.read_text())["pid"]
+        if "autograder" in _cmdline(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while _cmdline(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+    swept = sweep(folder)
+    state.unlink(missing_ok=True)
+    left = leftovers(folder)
+    if left:
+        print("still running: " + "; ".join(f"{p} {c}" for p, c in left), file=sys.stderr)
+        return 1
+    print(f"classroom in {folder} stopped" + (f" ({len(swept)} process(es) ended)"
+                                              if swept else ""))
+    return 0
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cmd_classroom(args: argparse.Namespace) -> int:
+    root = find_root(args.root)
+    if args.action == "start":
+        return start(args.dir, root, args.students, args.ip, args.port)
+    if args.action == "stop":
+        return stop(args.dir)
+    from autograder import classroom_loop
+
+    return classroom_loop.run(args.action, args.dir.resolve(), root, args)
+
+
+def add_classroom_command(sub, add_common) -> None:
+    """Register ``classroom start|stop|release|collect|grade|return``."""
+    p = sub.add_parser("classroom", help="run the course on a JupyterHub (root; see README "
+                                         "'Running a class')")
+    add_common(p)
+    p.add_argument("action", choices=["start", "stop", "release", "collect", "grade", "return"],
+                   help="start/stop the hub; the instructor's loop: release DAY, collect DAY, "
+                        "grade DAY, return DAY")
+    p.add_argument("day", nargs="?", help="day to release/collect/grade/return (2, day02...)")
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR,
+                   help=f"the classroom's folder (default {DEFAULT_DIR}, or $TFS_CLASSROOM_DIR)")
+    p.add_argument("--students", type=int, default=4, help="student accounts (default 4)")
+    p.add_argument("--ip", default="0.0.0.0", help="address the hub listens on")
+    p.add_argument("--port", type=int, default=8000, help="the hub's port (default 8000)")
+    p.add_argument("--jobs", type=int, default=None, help="grade: parallel workers")
+    p.set_defaults(func=_cmd_classroom)
