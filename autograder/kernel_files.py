@@ -52,13 +52,30 @@ def read_capped(path: Path, limit: int = 64 * 1024, tail: bool = False) -> bytes
         os.close(fd)
 
 
+# What ``python -m ipykernel_launcher`` does, less what a grading kernel never uses: the
+# debugger (importing debugpy is about 0.1 CPU s of every kernel's start; ipykernel runs
+# without it when it cannot be imported) and the input history's SQLite file.
+KERNEL_MAIN = ("import sys\n"
+               "if sys.path and sys.path[0] == '':\n"
+               "    del sys.path[0]\n"
+               "sys.modules['debugpy'] = None\n"
+               "from ipykernel.kernelapp import launch_new_instance\n"
+               "launch_new_instance()\n")
+
+
+def kernel_argv(python: str) -> list[str]:
+    """The grading kernel's command (``{connection_file}`` filled in by jupyter_client)."""
+    return [python, "-c", KERNEL_MAIN, "-f", "{connection_file}",
+            "--HistoryManager.enabled=False"]
+
+
 def write_kernelspec(kernels_dir: Path, name: str, spec_path: Path, python: str) -> None:
     """A kernelspec ``name`` whose command starts this launcher."""
     d = kernels_dir / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "autograder.sandbox", str(spec_path), "--",
-                 python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                 *kernel_argv(python)],
         "display_name": "Python 3 (graded, sandboxed)",
         "language": "python",
         "interrupt_mode": "message",  # SIGINT to the group would kill bwrap itself

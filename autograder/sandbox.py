@@ -1,8 +1,8 @@
 """Run a submission's Jupyter kernel inside a bubblewrap sandbox, with resource limits.
 
 The kernel command of the grading kernelspec is ``python -m autograder.sandbox <spec.json> --
-<python> -m ipykernel_launcher -f {connection_file}``. This launcher runs outside the sandbox,
-as the grader's user, and:
+<python> -c <kernel main> -f {connection_file}`` (``kernel_files.kernel_argv``). This launcher
+runs outside the sandbox, as the grader's user, and:
 
 1. sends the kernel's own stdout/stderr (C-level writes, crash messages) to ``kernel.log`` in
    the kernel's *private* folder, a host folder that the sandbox never shows;
