@@ -6,9 +6,10 @@ the course's sandboxed, parallel ``python -m autograder grade`` on the collected
 root (each kernel then drops to a uid of its own), followed by ``feedback``:
 
 - ``release DAY``: ``nbgrader release_assignment DAY`` (students then fetch it in their lab);
-- ``collect DAY``: every inbound submission of DAY is first checked and frozen (see
-  :func:`vet_inbound`; what fails goes to ``quarantine/`` and is listed), then
-  ``nbgrader collect DAY`` copies them into ``course/submitted/<student>/DAY/``;
+- ``collect DAY``: every inbound submission of DAY is first moved out of the students'
+  reach, checked and frozen (see :func:`vet_inbound`; what fails goes to ``quarantine/`` and
+  is listed), then ``nbgrader collect DAY`` copies the vetted ones, and only those, into
+  ``course/submitted/<student>/DAY/``;
 - ``grade DAY``: ``python -m autograder grade course/submitted --day DAY --output grading``,
   then ``python -m autograder feedback``: ``grading/grades.csv``, ``grading/results/`` and
   ``grading/feedback/<student>/DAY.html`` (``report --output grading`` works on it);
@@ -70,82 +71,217 @@ def _uid(name: str) -> int | None:
     return entry.pw_uid if MARK in entry.pw_gecos else None
 
 
-def _freeze(path: Path, owners: set[int]) -> str | None:
-    """Make a submission root-owned and read-only (top-down: a folder is frozen before it is
-    listed, so nothing can be added behind the check); returns why it is refused, or None."""
-    st = path.lstat()
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path.name}: not a folder"
-    if st.st_uid not in owners:
-        return f"{path.name}: owned by another account"
-    os.lchown(path, 0, 0)
-    os.chmod(path, 0o755)
-    for entry in sorted(path.iterdir()):
-        st = entry.lstat()
-        if stat.S_ISDIR(st.st_mode):
-            why = _freeze(entry, owners)
-            if why:
-                return why
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            return f"{entry.name}: a link or special file"
-        if st.st_uid not in owners or st.st_nlink != 1:
-            return f"{entry.name}: a file of another account, or a hard link"
-        os.lchown(entry, 0, 0)
-        os.chmod(entry, 0o644)
+# nbgrader's own ceiling for a submission (``CourseDirectory.max_dir_size``, 100,000 kB):
+# a larger one would make ``nbgrader collect`` stop for the whole class.
+MAX_SUBMISSION_BYTES = 1000 * 100_000
+
+
+def vetted_root(folder: Path) -> Path:
+    """The exchange ``nbgrader collect`` reads: vetted submissions only, root's and read-only,
+    readable by the instructor's group and by no student."""
+    return folder / "vetted"
+
+
+def _freeze_fd(fd: int, name: str, owner: int, size: list[int]) -> str | None:
+    """Freeze the folder open at ``fd`` (root-owned, read-only) top-down, adding its files'
+    sizes to ``size[0]``; returns why it is refused, or None. A folder is frozen before it is
+    listed, so nothing can be added behind the check (not even through a descriptor opened
+    earlier), and every change goes through a descriptor of what was checked, never through
+    a path a link could redirect."""
+    if os.fstat(fd).st_uid != owner:
+        return f"{name}: owned by another account"
+    os.fchown(fd, 0, 0)
+    os.fchmod(fd, 0o755)
+    for entry in sorted(os.listdir(fd)):
+        try:
+            child = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        except OSError:
+            return f"{entry}: a link or special file"
+        try:
+            st = os.fstat(child)
+            if stat.S_ISDIR(st.st_mode):
+                why = _freeze_fd(child, entry, owner, size)
+                if why:
+                    return why
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                return f"{entry}: a link or special file"
+            if st.st_uid != owner or st.st_nlink != 1:
+                return f"{entry}: a file of another account, or a hard link"
+            size[0] += st.st_size
+            if size[0] > MAX_SUBMISSION_BYTES:
+                return f"larger than nbgrader's {MAX_SUBMISSION_BYTES // 10**6} MB"
+            os.fchown(child, 0, 0)
+            os.fchmod(child, 0o644)
+        finally:
+            os.close(child)
     return None
 
 
-def vet_inbound(folder: Path, day: str) -> list[str]:
-    """Check every inbound submission of ``day``; move the refused ones to ``quarantine/``.
+def _vet(path: Path, name: str, day: str) -> str | None:
+    """Why the staged submission ``path`` (nbgrader's ``<student>+<day>+<timestamp>+<random>``
+    folder) is refused, or None once it is frozen. Names are parsed as ``nbgrader collect``
+    parses them (``rsplit('+', 3)``), so no name is skipped here and collected there."""
+    from nbgrader.utils import parse_utc
 
-    A submission is nbgrader's ``<student>+<day>+<timestamp>+<random>`` folder. It is kept
-    only when it belongs to the classroom account it names and holds nothing but plain
-    files and folders of that account (no link that would make ``collect`` copy someone
-    else's file); kept ones become root's and read-only before ``collect`` reads them.
-    Returns one line per refused submission.
+    parts = name.rsplit("+", 3)
+    if len(parts) != 4 or parts[1] != day:
+        return f"{name}: not a submission name nbgrader's submit writes"
+    uid = _uid(parts[0])
+    if uid is None:
+        return f"{name}: names no student of this classroom"
+    try:
+        parse_utc(parts[2])
+    except Exception:  # noqa: BLE001 - any unparsable timestamp stops nbgrader's collect
+        return f"{name}: its timestamp cannot be read"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return f"{name}: not a folder"
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != uid:
+            return (f"{name}: submitted in the name of {parts[0]!r} by "
+                    f"{_owner(owner) or owner}")
+        why = _freeze_fd(fd, name, uid, [0])
+        return None if why is None else f"{name}: {why}"
+    finally:
+        os.close(fd)
+
+
+def vet_inbound(folder: Path, day: str) -> list[str]:
+    """Move every inbound submission of ``day`` out of the students' reach, check it, and
+    file it under :func:`vetted_root` or ``quarantine/``; returns one line per refused one.
+
+    Each entry whose name matches nbgrader's pattern (``*+DAY+*``) is first renamed into a
+    root-only staging folder: from then on no student can rename, replace or add to it, and
+    every check below is about what was moved. It is kept only when its name parses as
+    nbgrader's, names a student of this classroom who owns it, and it holds nothing but that
+    student's plain files and folders (no link that would make ``collect`` copy someone
+    else's file, no FIFO, at most nbgrader's size); kept ones become root's and read-only.
     """
+    import fnmatch
+    import uuid
+
     inbound = folder / "exchange" / COURSE_ID / "inbound"
+    staging = folder / "staging" / uuid.uuid4().hex
+    vetted = vetted_root(folder) / COURSE_ID / "inbound"
     quarantine = folder / "quarantine"
+    inst = pwd.getpwnam(INSTRUCTOR)
+    for d, mode, group in ((folder / "staging", 0o700, 0), (staging, 0o700, 0),
+                           (quarantine, 0o700, 0), (vetted_root(folder), 0o750, inst.pw_gid),
+                           (vetted.parent, 0o750, inst.pw_gid), (vetted, 0o750, inst.pw_gid)):
+        d.mkdir(mode=mode, exist_ok=True)
+        os.lchown(d, 0, group)
+        os.chmod(d, mode, follow_symlinks=False)
     problems = []
-    for entry in sorted(inbound.iterdir()):
-        parts = entry.name.split("+")
-        if len(parts) < 3 or parts[1] != day:
+    for name in sorted(os.listdir(inbound)):
+        if not fnmatch.fnmatchcase(name, f"*+{day}+*"):
             continue
-        st = entry.lstat()
-        owner = _owner(st.st_uid)
-        claimed = _uid(parts[0])
-        if claimed is None or st.st_uid not in (claimed, 0):  # 0: frozen by an earlier run
-            why = f"{entry.name}: submitted in the name of {parts[0]!r} by {owner or st.st_uid}"
-        else:
-            why = _freeze(entry, {claimed, 0})
-        if why:
-            quarantine.mkdir(mode=0o700, exist_ok=True)
-            shutil.move(str(entry), quarantine / entry.name)
-            problems.append(why)
+        try:
+            os.rename(inbound / name, staging / name)
+        except OSError:
+            continue  # gone meanwhile
+        why = _vet(staging / name, name, day)
+        if why is None and (vetted / name).exists():
+            why = f"{name}: collected before under the same name"
+        if why is None:
+            os.rename(staging / name, vetted / name)
+            continue
+        os.rename(staging / name, quarantine / f"{name}.{staging.name[:8]}")
+        problems.append(why)
+    os.rmdir(staging)
     return problems
 
 
+def _collected_names(folder: Path, day: str) -> list[str]:
+    inbound = vetted_root(folder) / COURSE_ID / "inbound"
+    return sorted({n.rsplit("+", 3)[0] for n in os.listdir(inbound)
+                   if n.rsplit("+", 3)[1:2] == [day]})
+
+
+def collect(folder: Path, day: str) -> list[str]:
+    """``nbgrader collect`` of the vetted submissions of ``day`` (a newer one replaces an
+    older); when it fails for the whole class, once per student, so that one student's
+    submission never stops the others'. Returns the students it failed for."""
+    args = ["collect", day, "--update", "--ExchangeCollect.check_owner=False",
+            f"--Exchange.root={vetted_root(folder)}"]
+    try:
+        as_instructor(folder, *args)
+        return []
+    except PipelineError:
+        failed = []
+        for student in _collected_names(folder, day):
+            try:
+                as_instructor(folder, *args, f"--student={student}")
+            except PipelineError:
+                failed.append(student)
+        return failed
+
+
+def _as_account(name: str, work) -> object:
+    """``work()`` in a child process that runs as the account ``name`` (no supplementary
+    groups), so that no link in that account's folders can redirect a write of root's;
+    returns what ``work`` returned (JSON).
+
+    Raises:
+        PipelineError: ``work`` failed.
+    """
+    import json
+
+    entry = pwd.getpwnam(name)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
+            os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)
+            os.write(w, json.dumps(work()).encode())
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - said below, then exit 1
+            os.write(2, f"as {name}: {type(exc).__name__}: {exc}\n".encode())
+        finally:
+            os._exit(code)
+    os.close(w)
+    raw = b""
+    while chunk := os.read(r, 65536):
+        raw += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise PipelineError(f"a step run as {name} failed")
+    return json.loads(raw or b"null")
+
+
 def place_feedback(folder: Path, grading: Path, day: str) -> list[Path]:
-    """Copy each feedback page of ``day`` where ``nbgrader release_feedback`` reads it."""
+    """Copy each feedback page of ``day`` where ``nbgrader release_feedback`` reads it.
+
+    Root reads the pages from ``grading/`` (root's own); everything in the instructor's
+    course folder is read and written as the instructor account."""
     course = course_dir(folder)
-    inst = pwd.getpwnam(INSTRUCTOR)
-    placed = []
-    for page in sorted((grading / "feedback").glob(f"*/{day}.html")):
-        student = page.parent.name
-        submitted = course / "submitted" / student / day
-        notebook = find_submitted_notebook(submitted, day) if submitted.is_dir() else None
-        if notebook is None or not (submitted / "submission_secret.txt").is_file():
-            continue  # graded from elsewhere: nbgrader cannot route it to the student
-        dest = course / "feedback" / student / day
-        dest.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(page, dest / f"{notebook.stem}.html")
-        for name in ("timestamp.txt", "submission_secret.txt"):
-            shutil.copyfile(submitted / name, dest / name)
-        for p in (course / "feedback", course / "feedback" / student, dest, *dest.iterdir()):
-            os.chown(p, inst.pw_uid, inst.pw_gid)
-        placed.append(dest / f"{notebook.stem}.html")
-    return placed
+    pages = {page.parent.name: page.read_text(encoding="utf-8")
+             for page in sorted((grading / "feedback").glob(f"*/{day}.html"))
+             if not page.is_symlink()}
+
+    def place() -> list[str]:
+        placed = []
+        for student, html in pages.items():
+            submitted = course / "submitted" / student / day
+            notebook = find_submitted_notebook(submitted, day) if submitted.is_dir() else None
+            if notebook is None or not (submitted / "submission_secret.txt").is_file():
+                continue  # graded from elsewhere: nbgrader cannot route it to the student
+            dest = course / "feedback" / student / day
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / f"{notebook.stem}.html").write_text(html, encoding="utf-8")
+            for name in ("timestamp.txt", "submission_secret.txt"):
+                shutil.copyfile(submitted / name, dest / name)
+            placed.append(str(dest / f"{notebook.stem}.html"))
+        return placed
+
+    return [Path(p) for p in _as_account(INSTRUCTOR, place)]
 
 
 def _autograder(*args: str) -> None:
@@ -171,7 +307,8 @@ def run(action: str, folder: Path, root: Path, args) -> int:
     elif action == "collect":
         for why in vet_inbound(folder, day):
             print(f"quarantined, not collected: {why}", file=sys.stderr)
-        as_instructor(folder, "collect", day, "--ExchangeCollect.check_owner=False")
+        for student in collect(folder, day):
+            print(f"nbgrader could not collect {student}'s {day}", file=sys.stderr)
         n = len(list((course_dir(folder) / "submitted").glob(f"*/{day}")))
         print(f"collected {day}: {n} submission(s) in {course_dir(folder) / 'submitted'}")
     elif action == "grade":
