@@ -78,7 +78,8 @@ MAX_SUBMISSION_BYTES = 1000 * 100_000
 
 def vetted_root(folder: Path) -> Path:
     """The exchange ``nbgrader collect`` reads: vetted submissions only, root's and read-only,
-    readable by the instructor's group and by no student."""
+    readable by the instructor's group and by no student (its top folder is writable by that
+    group: nbgrader requires an exchange it can write to)."""
     return folder / "vetted"
 
 
@@ -169,7 +170,7 @@ def vet_inbound(folder: Path, day: str) -> list[str]:
     quarantine = folder / "quarantine"
     inst = pwd.getpwnam(INSTRUCTOR)
     for d, mode, group in ((folder / "staging", 0o700, 0), (staging, 0o700, 0),
-                           (quarantine, 0o700, 0), (vetted_root(folder), 0o750, inst.pw_gid),
+                           (quarantine, 0o700, 0), (vetted_root(folder), 0o770, inst.pw_gid),
                            (vetted.parent, 0o750, inst.pw_gid), (vetted, 0o750, inst.pw_gid)):
         d.mkdir(mode=mode, exist_ok=True)
         os.lchown(d, 0, group)
