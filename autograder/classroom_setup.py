@@ -10,7 +10,6 @@ import json
 import os
 import pwd
 import secrets
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,11 +35,65 @@ def students(n: int) -> list[str]:
 # --------------------------------------------------------------------------- accounts
 
 
+def as_user(entry: pwd.struct_passwd, fn, *args) -> bool:
+    """Run ``fn(*args)`` in a forked child that is the account ``entry`` (its uid, its group,
+    no other group): what root must do inside a folder that account can write, where a link
+    it planted would otherwise make root write or chown anything. True when ``fn`` returned."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the account, do the work, never return
+        code = 1
+        try:
+            os.setgroups([])
+            os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
+            os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)
+            os.umask(0o022)
+            fn(*args)
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported by the exit status
+            print(f"as {entry.pw_name}: {type(exc).__name__}: {exc}", file=sys.stderr,
+                  flush=True)
+        finally:
+            os._exit(code)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def _own_dir(parent_fd: int, name: str, uid: int, gid: int, mode: int, shown: Path) -> int:
+    """Make ``name`` in the folder open as ``parent_fd`` a folder of ``uid:gid`` with
+    ``mode``, never through a link (a link or a file there is refused); returns it, open."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+    except OSError as exc:
+        raise PipelineError(f"{shown} is not a plain folder ({exc.strerror}): remove it and "
+                            "start again") from None
+    os.fchown(fd, uid, gid)
+    os.fchmod(fd, mode)
+    return fd
+
+
+def _lab_settings(home: Path) -> None:
+    """(As the account.) No "Jupyter news" pop-up and no update check: a class runs
+    offline-friendly."""
+    settings = home / ".jupyter/lab/user-settings/@jupyterlab/apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        '{"fetchNews": "false", "checkForUpdates": false}', encoding="utf-8")
+
+
 def ensure_account(name: str, home: Path) -> pwd.struct_passwd:
     """Create the system account ``name`` (home ``home``, ``0700``), or reuse one made here.
 
+    ``home``'s parent must be root's. Inside the home, which the account can write, root
+    writes nothing: the lab settings are written by the account itself (:func:`as_user`).
+
     Raises:
-        PipelineError: an account of that name exists and was not made by the classroom.
+        PipelineError: an account of that name exists and was not made by the classroom,
+            or ``home`` is a link.
     """
     try:
         entry = pwd.getpwnam(name)
@@ -55,16 +108,14 @@ def ensure_account(name: str, home: Path) -> pwd.struct_passwd:
     elif entry.pw_dir != str(home):
         subprocess.run(["usermod", "--home", str(home), name], check=True)
     entry = pwd.getpwnam(name)
-    home.mkdir(parents=True, exist_ok=True)
-    os.chown(home, entry.pw_uid, entry.pw_gid)
-    os.chmod(home, 0o700)
-    # No "Jupyter news" pop-up and no update check: a class runs offline-friendly.
-    settings = home / ".jupyter/lab/user-settings/@jupyterlab/apputils-extension"
-    settings.mkdir(parents=True, exist_ok=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        '{"fetchNews": "false", "checkForUpdates": false}', encoding="utf-8")
-    for p in [home / ".jupyter", *(home / ".jupyter").rglob("*")]:
-        os.chown(p, entry.pw_uid, entry.pw_gid)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    parent = os.open(home.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.close(_own_dir(parent, home.name, entry.pw_uid, entry.pw_gid, 0o700, home))
+    finally:
+        os.close(parent)
+    if not as_user(entry, _lab_settings, home):
+        print(f"note: the lab settings of {name} were not written (see above)", file=sys.stderr)
     return entry
 
 
@@ -102,11 +153,26 @@ def account_uids(folder: Path) -> dict[int, str]:
 # --------------------------------------------------------------------------- folders
 
 
+def git_dirs(checkout: Path) -> list[Path]:
+    """The checkout's git folder and the repository's common one (another checkout's
+    ``.git`` when this one is a worktree: it holds every branch, hidden checks included)."""
+    try:
+        out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(checkout), "rev-parse",
+                              "--path-format=absolute", "--git-dir", "--git-common-dir"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    return list(dict.fromkeys(Path(line) for line in out.stdout.splitlines() if line.strip()))
+
+
 def restrict_checkout(root: Path) -> list[Path]:
-    """Close the checkout to other accounts except ``.venv`` and ``course/``; returns what
-    changed. The checkout itself stays traversable (``o+x``) but not listable."""
+    """Close the checkout to other accounts except ``.venv`` and ``course/``, and its git
+    folders wherever they are; returns what changed. The checkout itself stays traversable
+    (``o+x``) but not listable."""
     changed = []
-    for p in [root, *sorted(root.iterdir())]:
+    for p in [root, *sorted(root.iterdir()), *git_dirs(root)]:
         if p.is_symlink() or (p != root and p.name in STUDENT_VISIBLE):
             continue
         mode = p.stat().st_mode & 0o7777
@@ -128,6 +194,64 @@ def write_nbgrader_config(path: Path, exchange: Path, course_root: Path | None =
     os.chmod(path, 0o644)
 
 
+def make_exchange(folder: Path, inst: pwd.struct_passwd) -> Path:
+    """nbgrader's exchange ``folder/exchange``: sticky (no one renames or deletes another's
+    folder), the course's folders made now, with nbgrader's modes, so no student can create
+    them first. They are the instructor's, so each is opened without following a link."""
+    exchange = folder / "exchange"
+    uid, gid = inst.pw_uid, inst.pw_gid
+    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fds = [top]
+    try:
+        fds.append(x := _own_dir(top, "exchange", uid, gid, 0o1777, exchange))
+        fds.append(c := _own_dir(x, COURSE_ID, uid, gid, 0o755, exchange / COURSE_ID))
+        for name, mode in (("outbound", 0o755), ("inbound", 0o2733), ("feedback", 0o711)):
+            fds.append(_own_dir(c, name, uid, gid, mode, exchange / COURSE_ID / name))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return exchange
+
+
+def _release_files(root: Path) -> dict[str, dict[str, bytes]]:
+    """(As root.) Every day's ``release/`` files, ``{day: {relative path: bytes}}``: the
+    release folder is closed to other accounts, so root reads and the instructor writes."""
+    out: dict[str, dict[str, bytes]] = {}
+    for day in list_days(root):
+        src = root / "release" / day
+        out[day] = {p.relative_to(src).as_posix(): p.read_bytes() for p in sorted(src.rglob("*"))
+                    if p.is_file() and not p.is_symlink()
+                    and ".ipynb_checkpoints" not in p.relative_to(src).parts}
+    return out
+
+
+def _write_course(course: Path, files: dict[str, dict[str, bytes]], exchange: Path) -> None:
+    """(As the instructor.) ``course/release/<day>/`` for each day not there yet, and
+    ``course/nbgrader_config.py``."""
+    (course / "release").mkdir(parents=True, exist_ok=True)
+    for day, day_files in files.items():
+        dest = course / "release" / day
+        if dest.exists() or dest.is_symlink():
+            continue
+        for rel, data in day_files.items():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_bytes(data)
+    write_nbgrader_config(course / "nbgrader_config.py", exchange, course)
+
+
+def instructor_course(course: Path, root: Path, inst: pwd.struct_passwd,
+                      exchange: Path) -> None:
+    """The instructor's course folder: every day's release/, ready to release; written by
+    the instructor account itself, since it can plant links in its own home.
+
+    Raises:
+        PipelineError: the instructor account could not write it.
+    """
+    if not as_user(inst, _write_course, course, _release_files(root), exchange):
+        raise PipelineError(f"could not write the instructor's course folder {course} as "
+                            f"{inst.pw_name} (see above)")
+
+
 def prepare(folder: Path, root: Path, n_students: int) -> dict[str, str]:
     """Accounts, homes, exchange, the instructor's course and the users' Jupyter config."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -138,27 +262,8 @@ def prepare(folder: Path, root: Path, n_students: int) -> dict[str, str]:
     os.chmod(folder / "home", 0o711)
     inst = entries[INSTRUCTOR]
 
-    # The exchange: sticky (no one renames or deletes another's folder), the course's
-    # folders made now, with nbgrader's modes, so no student can create them first.
-    exchange = folder / "exchange"
-    course_x = exchange / COURSE_ID
-    for d, mode in ((exchange, 0o1777), (course_x, 0o755), (course_x / "outbound", 0o755),
-                    (course_x / "inbound", 0o2733), (course_x / "feedback", 0o711)):
-        d.mkdir(exist_ok=True)
-        os.chown(d, inst.pw_uid, inst.pw_gid)
-        os.chmod(d, mode)
-
-    # The instructor's course folder: every day's release/, ready to release.
-    course = folder / "home" / INSTRUCTOR / "course"
-    (course / "release").mkdir(parents=True, exist_ok=True)
-    for day in list_days(root):
-        dest = course / "release" / day
-        if not dest.exists():
-            shutil.copytree(root / "release" / day, dest,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    write_nbgrader_config(course / "nbgrader_config.py", exchange, course)
-    for p in [course, *course.rglob("*")]:
-        os.chown(p, inst.pw_uid, inst.pw_gid)
+    exchange = make_exchange(folder, inst)
+    instructor_course(folder / "home" / INSTRUCTOR / "course", root, inst, exchange)
 
     # Every user's Jupyter config (JUPYTER_CONFIG_PATH): nbgrader's exchange, and no
     # instructor-only nbgrader extension in the servers.
