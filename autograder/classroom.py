@@ -15,8 +15,11 @@
 - ``hub/`` (root, ``0700``): the generated ``jupyterhub_config.py``, the hub's database, logs.
 
 It also makes the checkout's ``source/``, ``solutions/``, ``autograder/`` (the hidden checks),
-``tests/`` and ``.git`` unreadable to other accounts: students' servers need only ``.venv``
-and ``course/``. It then runs JupyterHub (with ``configurable-http-proxy``) until Ctrl-C or
+``tests/`` and its git folders (the repository's own too, for a worktree) unreadable to other
+accounts: students' servers need only ``.venv`` and ``course/``; and it refuses to start while a
+student account can still read hidden checks or answers anywhere it looks
+(:mod:`autograder.classroom_guard`). Servers start under resource limits
+(:mod:`autograder.classroom_spawner`). It then runs JupyterHub (with ``configurable-http-proxy``) until Ctrl-C or
 ``classroom stop``, and on the way out stops the hub, the proxy and every process of the
 classroom's accounts. The instructor's loop is in :mod:`autograder.classroom_loop`, the
 set-up in :mod:`autograder.classroom_setup`.
@@ -37,6 +40,7 @@ import urllib.request
 from pathlib import Path
 
 from autograder.build import PipelineError, find_root
+from autograder.classroom_guard import refuse_if_exposed
 from autograder.classroom_setup import (
     INSTRUCTOR,
     account_uids,
@@ -67,8 +71,14 @@ def _free_port() -> int:
 
 
 def hub_config(folder: Path, ip: str, port: int, names: list[str], python: Path,
-               extra_env: dict[str, str]) -> Path:
-    """Write ``hub/jupyterhub_config.py`` and return its path."""
+               extra_env: dict[str, str], subdomain_host: str = "",
+               user_memory: float | None = None) -> Path:
+    """Write ``hub/jupyterhub_config.py`` and return its path.
+
+    ``subdomain_host`` (e.g. ``https://hub.example.org``, with wildcard DNS and TLS for
+    ``*.hub.example.org``) gives each user's server an origin of its own; ``user_memory``
+    (GiB, 0: none) replaces :class:`autograder.classroom_spawner.LimitedSpawner`'s address
+    space limit."""
     hub = folder / "hub"
     extra_env = dict(extra_env)
     config_path = ":".join(filter(None, [str(folder / "config"),
@@ -94,7 +104,7 @@ def hub_config(folder: Path, ip: str, port: int, names: list[str], python: Path,
         "AccountsAuthenticator.accounts_file": str(folder / "accounts.json"),
         "Authenticator.allowed_users": sorted(names),
         "Authenticator.admin_users": [INSTRUCTOR],
-        "JupyterHub.spawner_class": "jupyterhub.spawner.LocalProcessSpawner",
+        "JupyterHub.spawner_class": "autograder.classroom_spawner.LimitedSpawner",
         "Spawner.cmd": [str(python), "-m", "jupyterhub.singleuser"],
         "Spawner.default_url": "/lab",
         "Spawner.notebook_dir": "~",
@@ -104,6 +114,10 @@ def hub_config(folder: Path, ip: str, port: int, names: list[str], python: Path,
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{_free_port()}",
         "ConfigurableHTTPProxy.pid_file": str(hub / "proxy.pid"),
     }
+    if subdomain_host:
+        settings["JupyterHub.subdomain_host"] = subdomain_host
+    if user_memory is not None:
+        settings["LimitedSpawner.address_space"] = int(user_memory * 1024 ** 3)
     lines = ['"""Written by `python -m autograder classroom start`; edits are overwritten."""',
              "c = get_config()  # noqa: F821"]
     for key, value in settings.items():
@@ -188,8 +202,14 @@ def wait_for_hub(url: str, proc: subprocess.Popen, log: Path, timeout: float = 9
             time.sleep(0.3)
 
 
-def start(folder: Path, root: Path, n_students: int, ip: str, port: int) -> int:
-    """Set up the classroom, run the hub until Ctrl-C / SIGTERM, then stop everything."""
+def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
+          subdomain_host: str = "", user_memory: float | None = None) -> int:
+    """Set up the classroom, run the hub until Ctrl-C / SIGTERM, then stop everything.
+
+    Raises:
+        PipelineError: not root, already running, or a student account could read the
+            hidden checks or the answers (:func:`autograder.classroom_guard.refuse_if_exposed`).
+    """
     _require_root("start")
     t0 = time.monotonic()
     folder = folder.resolve()
@@ -203,9 +223,11 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int) -> int:
     (folder / "hub").mkdir(exist_ok=True)
     os.chmod(folder / "hub", 0o700)
     python, extra_env = student_python(folder, students(n_students)[0])
+    refuse_if_exposed(python, students(n_students)[0], root, extra_env)
     (folder / "config" / "python.json").write_text(
         json.dumps({"python": str(python), "env": extra_env}), encoding="utf-8")
-    cfg = hub_config(folder, ip, port, list(accounts), python, extra_env)
+    cfg = hub_config(folder, ip, port, list(accounts), python, extra_env, subdomain_host,
+                     user_memory)
     log = folder / "hub" / "hub.log"
     url = f"http://{'127.0.0.1' if ip in ('', '0.0.0.0') else ip}:{port}"
     stop_now = []
@@ -229,6 +251,9 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int) -> int:
         print(f"  {'account':<12} password")
         for name, password in accounts.items():
             print(f"  {name:<12} {password}" + ("   (admin)" if name == INSTRUCTOR else ""))
+        if not subdomain_host:
+            print("\nStudents' servers share the hub's origin: do not open links into "
+                  "/user/<student>/ (see README, 'Running a class'; --subdomain-host).")
         print(f"\nInstructor, as root: python -m autograder classroom release|collect|grade|"
               f"return DAY --dir {folder}\nStop: Ctrl-C, or python -m autograder classroom "
               f"stop --dir {folder}", flush=True)
@@ -278,7 +303,8 @@ def stop(folder: Path, timeout: float = 60) -> int:
 def _cmd_classroom(args: argparse.Namespace) -> int:
     root = find_root(args.root)
     if args.action == "start":
-        return start(args.dir, root, args.students, args.ip, args.port)
+        return start(args.dir, root, args.students, args.ip, args.port, args.subdomain_host,
+                     args.user_memory)
     if args.action == "stop":
         return stop(args.dir)
     from autograder import classroom_loop
@@ -300,5 +326,11 @@ def add_classroom_command(sub, add_common) -> None:
     p.add_argument("--students", type=int, default=4, help="student accounts (default 4)")
     p.add_argument("--ip", default="0.0.0.0", help="address the hub listens on")
     p.add_argument("--port", type=int, default=8000, help="the hub's port (default 8000)")
+    p.add_argument("--subdomain-host", default="",
+                   help="start: give each user's server its own origin, e.g. "
+                        "https://hub.example.org (needs wildcard DNS and TLS for *.hub...)")
+    p.add_argument("--user-memory", type=float, default=None, metavar="GIB",
+                   help="start: address space limit per process of a user's server, GiB "
+                        "(default 6; 0: none, e.g. for CUDA)")
     p.add_argument("--jobs", type=int, default=None, help="grade: parallel workers")
     p.set_defaults(func=_cmd_classroom)
