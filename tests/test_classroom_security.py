@@ -1,0 +1,225 @@
+"""The classroom's set-up against a dishonest student or instructor (run as root, like CI).
+
+- root never follows a link planted in an account's own folders (``ensure_account``, the
+  exchange, the instructor's course folder): the link's target is left untouched;
+- ``restrict_checkout`` closes the repository's common git folder of a worktree checkout;
+- ``refuse_if_exposed`` (run as the account) finds a readable second checkout, a searchable
+  ``solutions/`` and an importable ``autograder.checks``, and nothing once they are closed;
+- ``LimitedSpawner``'s servers start under its resource limits.
+
+They use one throw-away account of their own (``tfs-sectest``), removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import resource
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder.build import PipelineError
+from autograder.classroom_guard import exposed
+from autograder.classroom_setup import (
+    COURSE_ID,
+    ensure_account,
+    instructor_course,
+    make_exchange,
+    restrict_checkout,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "tfs-sectest"
+SYSTEM_PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3")
+                      if Path(p).is_file()), None)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                                reason="creates a system account: run as root, as CI does")
+
+
+@pytest.fixture(scope="module")
+def folder():
+    """A classroom-like folder under /tmp (root's, 0711), removed with the account."""
+    path = Path(tempfile.mkdtemp(prefix="tfs-sectest-", dir="/tmp"))
+    os.chmod(path, 0o711)
+    existed = _exists(NAME)
+    yield path
+    if not existed and _exists(NAME):
+        subprocess.run(["userdel", NAME], check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+@pytest.fixture()
+def victim(folder):
+    """A root-owned folder with a root-owned file: what a planted link points at."""
+    d = folder / "victim"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(mode=0o755)
+    (d / "secret").write_text("root's\n")
+    os.chmod(d / "secret", 0o644)
+    return d
+
+
+def _untouched(victim: Path) -> None:
+    for p in (victim, victim / "secret"):
+        st = p.lstat()
+        assert (st.st_uid, st.st_gid) == (0, 0), f"{p} was chowned to {st.st_uid}"
+    assert (victim / "secret").read_text() == "root's\n"
+    assert sorted(os.listdir(victim)) == ["secret"]
+    assert victim.stat().st_mode & 0o7777 == 0o755
+
+
+def _plant(link: Path, target: Path, uid: int) -> None:
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.is_dir():
+        shutil.rmtree(link)
+    link.symlink_to(target)
+    os.lchown(link, uid, uid)
+
+
+def test_ensure_account_follows_no_link(folder, victim):
+    home = folder / "home" / NAME
+    entry = ensure_account(NAME, home)
+    settings = (home / ".jupyter/lab/user-settings/@jupyterlab/apputils-extension"
+                / "notification.jupyterlab-settings")
+    assert settings.is_file() and settings.stat().st_uid == entry.pw_uid
+    assert home.stat().st_uid == entry.pw_uid and home.stat().st_mode & 0o777 == 0o700
+
+    # The settings file, then a link to a root folder anywhere under ~/.jupyter, then
+    # ~/.jupyter itself: root neither writes through them nor chowns their targets.
+    _plant(settings, victim / "secret", entry.pw_uid)
+    _plant(home / ".jupyter" / "elsewhere", victim, entry.pw_uid)
+    ensure_account(NAME, home)
+    _untouched(victim)
+    _plant(home / ".jupyter", victim, entry.pw_uid)
+    ensure_account(NAME, home)
+    _untouched(victim)
+
+
+def test_exchange_and_course_follow_no_link(folder, victim):
+    inst = ensure_account(NAME, folder / "home" / NAME)
+    exchange = make_exchange(folder, inst)
+    assert (exchange / COURSE_ID / "inbound").stat().st_mode & 0o7777 == 0o2733
+    _plant(exchange / COURSE_ID / "outbound", victim, inst.pw_uid)
+    with pytest.raises(PipelineError, match="not a plain folder"):
+        make_exchange(folder, inst)
+    _untouched(victim)
+    _plant(exchange / COURSE_ID, victim, inst.pw_uid)
+    with pytest.raises(PipelineError, match="not a plain folder"):
+        make_exchange(folder, inst)
+    _untouched(victim)
+    (exchange / COURSE_ID).unlink()
+    make_exchange(folder, inst)
+
+    course = folder / "home" / NAME / "course"
+    instructor_course(course, ROOT, inst, exchange)
+    written = sorted(p for p in course.rglob("*"))
+    assert any(p.suffix == ".ipynb" for p in written)
+    assert {p.lstat().st_uid for p in written} == {inst.pw_uid}
+    # A link in place of the config file, then of the whole course folder.
+    _plant(course / "nbgrader_config.py", victim / "secret", inst.pw_uid)
+    with pytest.raises(PipelineError, match="course folder"):
+        instructor_course(course, ROOT, inst, exchange)
+    _untouched(victim)
+    _plant(course, victim, inst.pw_uid)
+    with pytest.raises(PipelineError, match="course folder"):
+        instructor_course(course, ROOT, inst, exchange)
+    _untouched(victim)
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
+                   check=True, capture_output=True)
+
+
+def test_restrict_checkout_closes_the_common_git_dir(folder):
+    repo, worktree = folder / "repo", folder / "wt"
+    repo.mkdir()
+    (repo / "solutions").mkdir()
+    (repo / "solutions" / "a.txt").write_text("answer")
+    _git("init", "-q", cwd=repo)
+    _git("add", ".", cwd=repo)
+    _git("commit", "-qm", "x", cwd=repo)
+    _git("worktree", "add", "-q", str(worktree), cwd=repo)
+    os.chmod(repo / ".git", 0o755)
+    changed = restrict_checkout(worktree)
+    assert repo / ".git" in changed
+    assert (repo / ".git").stat().st_mode & 0o007 == 0
+
+
+def _checkout(path: Path) -> Path:
+    for d in ("autograder/checks", "solutions", "source", "course"):
+        (path / d).mkdir(parents=True)
+    (path / "autograder" / "__init__.py").write_text("")
+    (path / "autograder" / "checks" / "__init__.py").write_text("HIDDEN = 1\n")
+    (path / "solutions" / "day02.ipynb").write_text("{}")
+    for p in [path, *path.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return path
+
+
+@pytest.mark.skipif(SYSTEM_PYTHON is None, reason="the probe runs the system's python3")
+def test_a_readable_second_checkout_is_refused(folder):
+    ensure_account(NAME, folder / "home" / NAME)
+    parent = folder / "checkouts"
+    parent.mkdir(mode=0o755)
+    course, other = _checkout(parent / "course"), _checkout(parent / "other")
+    restrict_checkout(course)
+
+    def found(env=None) -> dict[str, str]:
+        out = exposed(Path(SYSTEM_PYTHON), NAME, course, env)
+        return {p: how for p, how in out if p.startswith(str(parent))}
+
+    seen = found()
+    assert set(seen) == {str(other / "solutions"), str(other / "source"),
+                         str(other / "autograder" / "checks")}, seen
+    os.chmod(other / "solutions", 0o711)  # searchable, not listable: names can be guessed
+    assert found()[str(other / "solutions")] == "can reach the files in it"
+    seen = found({"PYTHONPATH": str(other)})
+    assert seen[str(other / "autograder" / "checks" / "__init__.py")] == \
+        "imports autograder.checks from it"
+    os.chmod(other, 0o700)
+    assert found({"PYTHONPATH": str(other)}) == {}
+
+
+def test_servers_start_under_the_limits(folder):
+    from autograder.classroom_spawner import GiB, LimitedSpawner
+
+    ensure_account(NAME, folder / "home" / NAME)
+    spawner = LimitedSpawner()
+    script = ("import os, resource as r; print(os.getuid(), *(r.getrlimit(x)[1] for x in "
+              "(r.RLIMIT_AS, r.RLIMIT_NPROC, r.RLIMIT_FSIZE, r.RLIMIT_CORE)))")
+    out = subprocess.run([SYSTEM_PYTHON or "python3", "-c", script], capture_output=True,
+                         text=True, check=True, preexec_fn=spawner.make_preexec_fn(NAME))
+    uid, *limits = map(int, out.stdout.split())
+    assert uid == pwd.getpwnam(NAME).pw_uid
+    assert limits == [6 * GiB, 512, GiB, 0]
+    assert resource.getrlimit(resource.RLIMIT_AS)[1] == resource.RLIM_INFINITY  # hub's own
+
+
+@pytest.mark.skipif(shutil.which("configurable-http-proxy") is None,
+                    reason="hub_config names configurable-http-proxy")
+def test_hub_config_subdomain_host_and_limits(folder):
+    from autograder.classroom import hub_config
+
+    (folder / "hub").mkdir(exist_ok=True)
+    plain = hub_config(folder, "127.0.0.1", 8000, ["student1"], Path("/usr/bin/python3"), {})
+    text = plain.read_text()
+    assert "LimitedSpawner" in text and "subdomain_host" not in text
+    text = hub_config(folder, "127.0.0.1", 8000, ["student1"], Path("/usr/bin/python3"), {},
+                      "https://hub.example.org", 0).read_text()
+    assert "c.JupyterHub.subdomain_host = 'https://hub.example.org'" in text
+    assert "c.LimitedSpawner.address_space = 0" in text
