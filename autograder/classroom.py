@@ -19,10 +19,10 @@ It also makes the checkout's ``source/``, ``solutions/``, ``autograder/`` (the h
 accounts: students' servers need only ``.venv`` and ``course/``; and it refuses to start while a
 student account can still read hidden checks or answers anywhere it looks
 (:mod:`autograder.classroom_guard`). Servers start under resource limits
-(:mod:`autograder.classroom_spawner`). It then runs JupyterHub (with ``configurable-http-proxy``) until Ctrl-C or
-``classroom stop``, and on the way out stops the hub, the proxy and every process of the
-classroom's accounts. The instructor's loop is in :mod:`autograder.classroom_loop`, the
-set-up in :mod:`autograder.classroom_setup`.
+(:mod:`autograder.classroom_spawner`). It then runs JupyterHub (with
+``configurable-http-proxy``) until Ctrl-C or ``classroom stop``, and on the way out stops
+the hub, the proxy and every process of the classroom's accounts. The instructor's loop is
+in :mod:`autograder.classroom_loop`, the set-up in :mod:`autograder.classroom_setup`.
 """
 
 from __future__ import annotations
