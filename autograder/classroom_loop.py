@@ -164,35 +164,51 @@ def vet_inbound(folder: Path, day: str) -> list[str]:
     import fnmatch
     import uuid
 
-    inbound = folder / "exchange" / COURSE_ID / "inbound"
-    staging = folder / "staging" / uuid.uuid4().hex
-    vetted = vetted_root(folder) / COURSE_ID / "inbound"
-    quarantine = folder / "quarantine"
+    from autograder.classroom_setup import _own_dir
+
     inst = pwd.getpwnam(INSTRUCTOR)
-    for d, mode, group in ((folder / "staging", 0o700, 0), (staging, 0o700, 0),
-                           (quarantine, 0o700, 0), (vetted_root(folder), 0o770, inst.pw_gid),
-                           (vetted.parent, 0o750, inst.pw_gid), (vetted, 0o750, inst.pw_gid)):
-        d.mkdir(mode=mode, exist_ok=True)
-        os.lchown(d, 0, group)
-        os.chmod(d, mode, follow_symlinks=False)
-    problems = []
-    for name in sorted(os.listdir(inbound)):
-        if not fnmatch.fnmatchcase(name, f"*+{day}+*"):
-            continue
-        try:
-            os.rename(inbound / name, staging / name)
-        except OSError:
-            continue  # gone meanwhile
-        why = _vet(staging / name, name, day)
-        if why is None and (vetted / name).exists():
-            why = f"{name}: collected before under the same name"
-        if why is None:
-            os.rename(staging / name, vetted / name)
-            continue
-        os.rename(staging / name, quarantine / f"{name}.{staging.name[:8]}")
-        problems.append(why)
-    os.rmdir(staging)
-    return problems
+    run = uuid.uuid4().hex
+    fds = []
+
+    def own(parent_fd: int, name: str, gid: int, mode: int, shown: Path) -> int:
+        fds.append(_own_dir(parent_fd, name, 0, gid, mode, shown))
+        return fds[-1]
+
+    try:
+        fds.append(top := os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+        staging = own(own(top, "staging", 0, 0o700, folder / "staging"), run, 0, 0o700,
+                      folder / "staging" / run)
+        quarantine = own(top, "quarantine", 0, 0o700, folder / "quarantine")
+        vetted = vetted_root(folder)
+        v = own(top, vetted.name, inst.pw_gid, 0o770, vetted)
+        v = own(v, COURSE_ID, inst.pw_gid, 0o750, vetted / COURSE_ID)
+        vetted_in = own(v, "inbound", inst.pw_gid, 0o750, vetted / COURSE_ID / "inbound")
+        inbound = os.open(folder / "exchange" / COURSE_ID / "inbound",
+                          os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fds.append(inbound)
+        problems = []
+        for name in sorted(os.listdir(inbound)):
+            if not fnmatch.fnmatchcase(name, f"*+{day}+*"):
+                continue
+            try:
+                os.rename(name, name, src_dir_fd=inbound, dst_dir_fd=staging)
+            except OSError:
+                continue  # gone meanwhile
+            why = _vet(folder / "staging" / run / name, name, day)
+            if why is None:
+                try:
+                    os.stat(name, dir_fd=vetted_in, follow_symlinks=False)
+                    why = f"{name}: collected before under the same name"
+                except FileNotFoundError:
+                    os.rename(name, name, src_dir_fd=staging, dst_dir_fd=vetted_in)
+                    continue
+            os.rename(name, f"{name}.{run[:8]}", src_dir_fd=staging, dst_dir_fd=quarantine)
+            problems.append(why)
+        os.rmdir(run, dir_fd=fds[1])
+        return problems
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _collected_names(folder: Path, day: str) -> list[str]:
