@@ -83,46 +83,82 @@ def vetted_root(folder: Path) -> Path:
     return folder / "vetted"
 
 
-def _freeze_fd(fd: int, name: str, owner: int, size: list[int]) -> str | None:
-    """Freeze the folder open at ``fd`` (root-owned, read-only) top-down, adding its files'
-    sizes to ``size[0]``; returns why it is refused, or None. A folder is frozen before it is
-    listed, so nothing can be added behind the check (not even through a descriptor opened
-    earlier), and every change goes through a descriptor of what was checked, never through
-    a path a link could redirect."""
-    if os.fstat(fd).st_uid != owner:
-        return f"{name}: owned by another account"
-    os.fchown(fd, 0, 0)
-    os.fchmod(fd, 0o755)
-    for entry in sorted(os.listdir(fd)):
-        try:
-            child = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-        except OSError:
-            return f"{entry}: a link or special file"
-        try:
-            st = os.fstat(child)
-            if stat.S_ISDIR(st.st_mode):
-                why = _freeze_fd(child, entry, owner, size)
-                if why:
-                    return why
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                return f"{entry}: a link or special file"
-            if st.st_uid != owner or st.st_nlink != 1:
-                return f"{entry}: a file of another account, or a hard link"
-            size[0] += st.st_size
-            if size[0] > MAX_SUBMISSION_BYTES:
-                return f"larger than nbgrader's {MAX_SUBMISSION_BYTES // 10**6} MB"
-            os.fchown(child, 0, 0)
-            os.fchmod(child, 0o644)
-        finally:
-            os.close(child)
+# Caps on one submission's tree beyond its bytes: deeper or larger trees are refused
+# (nbgrader's own walk would otherwise stop the whole collect).
+MAX_DEPTH = 16
+MAX_ENTRIES = 1000
+
+
+def _copy_checked(src: int, dst: int, owner: int) -> str | None:
+    """Copy the student's folder open at ``src`` into the empty root-only folder open at
+    ``dst``; returns why it is refused, or None.
+
+    Nothing of the student's is kept: every file is read once through a descriptor opened
+    without following links, at most :data:`MAX_SUBMISSION_BYTES` in all, and written as a
+    new file of root's, so a descriptor the student still holds on an original reaches
+    nothing that is collected. Iterative (no recursion limit), at most :data:`MAX_DEPTH`
+    folders deep and :data:`MAX_ENTRIES` entries. Only plain files and folders of ``owner``
+    with one link each are accepted. Closes neither descriptor.
+    """
+    left, entries = MAX_SUBMISSION_BYTES, 0
+    todo = [(os.dup(src), os.dup(dst), 0)]
+    try:
+        while todo:
+            s, d, depth = todo.pop()
+            try:
+                if os.fstat(s).st_uid != owner:
+                    return "a folder of another account"
+                for entry in sorted(os.listdir(s)):
+                    entries += 1
+                    if entries > MAX_ENTRIES:
+                        return f"more than {MAX_ENTRIES} files and folders"
+                    try:
+                        child = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+                                        dir_fd=s)
+                    except OSError:
+                        return f"{entry}: a link or special file"
+                    st = os.fstat(child)
+                    if stat.S_ISDIR(st.st_mode):
+                        if depth >= MAX_DEPTH:
+                            os.close(child)
+                            return f"folders nested more than {MAX_DEPTH} deep"
+                        os.mkdir(entry, 0o755, dir_fd=d)
+                        todo.append((child, os.open(entry, os.O_RDONLY | os.O_DIRECTORY |
+                                                    os.O_NOFOLLOW, dir_fd=d), depth + 1))
+                        continue
+                    try:
+                        if not stat.S_ISREG(st.st_mode):
+                            return f"{entry}: a link or special file"
+                        if st.st_uid != owner or st.st_nlink != 1:
+                            return f"{entry}: a file of another account, or a hard link"
+                        out = os.open(entry, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                                      os.O_NOFOLLOW, 0o644, dir_fd=d)
+                        try:
+                            while chunk := os.read(child, min(1 << 20, left + 1)):
+                                left -= len(chunk)
+                                if left < 0:
+                                    return (f"larger than nbgrader's "
+                                            f"{MAX_SUBMISSION_BYTES // 10**6} MB")
+                                os.write(out, chunk)
+                        finally:
+                            os.close(out)
+                    finally:
+                        os.close(child)
+            finally:
+                os.close(s)
+                os.close(d)
+    finally:
+        for s, d, _ in todo:
+            os.close(s)
+            os.close(d)
     return None
 
 
-def _vet(path: Path, name: str, day: str) -> str | None:
-    """Why the staged submission ``path`` (nbgrader's ``<student>+<day>+<timestamp>+<random>``
-    folder) is refused, or None once it is frozen. Names are parsed as ``nbgrader collect``
-    parses them (``rsplit('+', 3)``), so no name is skipped here and collected there."""
+def _vet(staging: int, name: str, copy: str, day: str) -> str | None:
+    """Why the staged submission ``name`` (nbgrader's ``<student>+<day>+<timestamp>+<random>``
+    folder, in the root-only folder open at ``staging``) is refused, or None once its checked
+    copy is in ``copy`` there. Names are parsed as ``nbgrader collect`` parses them
+    (``rsplit('+', 3)``), so no name is skipped here and collected there."""
     from nbgrader.utils import parse_utc
 
     parts = name.rsplit("+", 3)
@@ -136,7 +172,7 @@ def _vet(path: Path, name: str, day: str) -> str | None:
     except Exception:  # noqa: BLE001 - any unparsable timestamp stops nbgrader's collect
         return f"{name}: its timestamp cannot be read"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=staging)
     except OSError:
         return f"{name}: not a folder"
     try:
@@ -144,7 +180,12 @@ def _vet(path: Path, name: str, day: str) -> str | None:
         if owner != uid:
             return (f"{name}: submitted in the name of {parts[0]!r} by "
                     f"{_owner(owner) or owner}")
-        why = _freeze_fd(fd, name, uid, [0])
+        os.mkdir(copy, 0o755, dir_fd=staging)
+        out = os.open(copy, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=staging)
+        try:
+            why = _copy_checked(fd, out, uid)
+        finally:
+            os.close(out)
         return None if why is None else f"{name}: {why}"
     finally:
         os.close(fd)
@@ -155,11 +196,14 @@ def vet_inbound(folder: Path, day: str) -> list[str]:
     file it under :func:`vetted_root` or ``quarantine/``; returns one line per refused one.
 
     Each entry whose name matches nbgrader's pattern (``*+DAY+*``) is first renamed into a
-    root-only staging folder: from then on no student can rename, replace or add to it, and
-    every check below is about what was moved. It is kept only when its name parses as
+    root-only staging folder: from then on no student can rename or replace it, and every
+    check below is about what was moved. It is accepted only when its name parses as
     nbgrader's, names a student of this classroom who owns it, and it holds nothing but that
     student's plain files and folders (no link that would make ``collect`` copy someone
-    else's file, no FIFO, at most nbgrader's size); kept ones become root's and read-only.
+    else's file, no FIFO, at most nbgrader's size, :data:`MAX_DEPTH` and
+    :data:`MAX_ENTRIES`). What is collected is root's checked copy (:func:`_copy_checked`),
+    never the student's files, which a descriptor they still hold could change; the
+    originals are kept, root-only, in ``received/`` (accepted) or ``quarantine/`` (refused).
     """
     import fnmatch
     import uuid
@@ -179,6 +223,7 @@ def vet_inbound(folder: Path, day: str) -> list[str]:
         staging = own(own(top, "staging", 0, 0o700, folder / "staging"), run, 0, 0o700,
                       folder / "staging" / run)
         quarantine = own(top, "quarantine", 0, 0o700, folder / "quarantine")
+        received = own(top, "received", 0, 0o700, folder / "received")
         vetted = vetted_root(folder)
         v = own(top, vetted.name, inst.pw_gid, 0o770, vetted)
         v = own(v, COURSE_ID, inst.pw_gid, 0o750, vetted / COURSE_ID)
@@ -194,16 +239,27 @@ def vet_inbound(folder: Path, day: str) -> list[str]:
                 os.rename(name, name, src_dir_fd=inbound, dst_dir_fd=staging)
             except OSError:
                 continue  # gone meanwhile
-            why = _vet(folder / "staging" / run / name, name, day)
+            copy = f".checked-{uuid.uuid4().hex}"
+            try:
+                why = _vet(staging, name, copy, day)
+            except Exception as exc:  # noqa: BLE001 - one submission never stops the class
+                why = f"{name}: could not be checked ({type(exc).__name__})"
             if why is None:
                 try:
                     os.stat(name, dir_fd=vetted_in, follow_symlinks=False)
                     why = f"{name}: collected before under the same name"
                 except FileNotFoundError:
-                    os.rename(name, name, src_dir_fd=staging, dst_dir_fd=vetted_in)
-                    continue
-            os.rename(name, f"{name}.{run[:8]}", src_dir_fd=staging, dst_dir_fd=quarantine)
-            problems.append(why)
+                    os.rename(copy, name, src_dir_fd=staging, dst_dir_fd=vetted_in)
+            # The student's original is never collected; it is kept, root-only, for the
+            # instructor: refused ones in quarantine/, the others in received/.
+            os.rename(name, f"{name}.{run[:8]}", src_dir_fd=staging,
+                      dst_dir_fd=quarantine if why is not None else received)
+            if why is not None:
+                problems.append(why)
+            try:
+                shutil.rmtree(copy, dir_fd=staging)   # a refused copy: root's, capped depth
+            except FileNotFoundError:
+                pass
         os.rmdir(run, dir_fd=fds[1])
         return problems
     finally:

@@ -81,26 +81,40 @@ def test_collect_moves_checks_and_freezes(room: Path, tmp_path: Path) -> None:
     whole = f"student1+{DAY}+{TS}+gggg"
     as_user("student1", lambda: os.symlink(secret, room / "exchange" / COURSE_ID / "inbound"
                                            / whole))
+    # a tree deeper than any submission (a recursive check would stop the class's collect)
+    deep = f"student1+{DAY}+{TS}+hhhh"
+    submission(room, "student1", deep, {})
+    as_user("student1", lambda: os.makedirs(room / "exchange" / COURSE_ID / "inbound" / deep
+                                            / "/".join(["d"] * 40)))
+    original = (room / "exchange" / COURSE_ID / "inbound" / good / f"{DAY}.ipynb").stat()
 
     problems = classroom_loop.vet_inbound(room, DAY)
 
     joined = "\n".join(problems)
-    assert len(problems) == 6, joined
+    assert len(problems) == 7, joined
     for name, words in ((forged, "in the name of 'student2'"), (sneaky, "names no student"),
                         (linked, "a link or special file"), (fifo, "a link or special file"),
-                        (badtime, "timestamp cannot be read"), (whole, "not a folder")):
+                        (badtime, "timestamp cannot be read"), (whole, "not a folder"),
+                        (deep, "nested more than 16 deep")):
         assert any(p.startswith(name) and words in p for p in problems), (name, joined)
     vetted = classroom_loop.vetted_root(room) / COURSE_ID / "inbound"
     assert sorted(os.listdir(vetted)) == [good]
     for p in [vetted / good, *(vetted / good).iterdir()]:
         st = p.lstat()
         assert st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH), p
+    # what is collected is root's copy, not the student's file (which a descriptor the
+    # student still holds could change); the original is kept root-only in received/
+    copied = (vetted / good / f"{DAY}.ipynb").stat()
+    assert (copied.st_ino, copied.st_dev) != (original.st_ino, original.st_dev)
+    kept = [p.name for p in (room / "received").iterdir()]
+    assert len(kept) == 1 and kept[0].startswith(good), kept
+    assert len(list((room / "quarantine").iterdir())) == 7
     # nothing is left where a student can reach it, and the link's target is untouched
     assert os.listdir(room / "exchange" / COURSE_ID / "inbound") == []
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.stat().st_uid == 0
     assert secret.read_text() == "root only"
     # no student can read what was vetted or quarantined
-    for folder in (vetted, room / "quarantine"):
+    for folder in (vetted, room / "quarantine", room / "received"):
         with pytest.raises(PipelineError, match="run as student2 failed"):
             as_user("student2", lambda folder=folder: os.listdir(folder))
 
