@@ -16,13 +16,16 @@
 
 It also makes the checkout's ``source/``, ``solutions/``, ``autograder/`` (the hidden checks),
 ``tests/`` and its git folders (the repository's own too, for a worktree) unreadable to other
-accounts: students' servers need only ``.venv`` and ``course/``; and it refuses to start while a
+accounts, students' servers need only ``.venv`` and ``course/``, but only while the hub runs:
+the previous modes go to ``checkout-modes.json`` (root, ``0600``) and ``classroom stop``,
+Ctrl-C or, after a killed run, the next start's sweep give them back. It refuses to start while a
 student account can still read hidden checks or answers anywhere it looks
 (:mod:`autograder.classroom_guard`). Servers start under resource limits
 (:mod:`autograder.classroom_spawner`). It then runs JupyterHub (with
 ``configurable-http-proxy``) until Ctrl-C or ``classroom stop``, and on the way out stops
-the hub, the proxy and every process of the classroom's accounts. The instructor's loop is
-in :mod:`autograder.classroom_loop`, the set-up in :mod:`autograder.classroom_setup`.
+the hub, the proxy and every process of the classroom's accounts (by uid, as each account:
+:mod:`autograder.classroom_procs`). The instructor's loop is in
+:mod:`autograder.classroom_loop`, the set-up in :mod:`autograder.classroom_setup`.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from pathlib import Path
 
 from autograder.build import PipelineError, find_root
 from autograder.classroom_guard import refuse_if_exposed
+from autograder.classroom_procs import cmdline, leftovers, restore_modes, sweep
 from autograder.classroom_setup import (
+    CHECKOUT_MODES,
     INSTRUCTOR,
-    account_uids,
     prepare,
     restrict_checkout,
     student_python,
@@ -128,66 +132,6 @@ def hub_config(folder: Path, ip: str, port: int, names: list[str], python: Path,
     return path
 
 
-def _proc_uid(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def _cwd(pid: int) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return ""
-
-
-def leftovers(folder: Path) -> list[tuple[int, str]]:
-    """(pid, command) of every process of this classroom still running: any process of its
-    accounts, and any started in its ``hub/`` folder (the hub, the proxy)."""
-    uids = account_uids(folder)
-    hub = str((folder / "hub").resolve())
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        pid = int(d.name)
-        if _proc_uid(pid) in uids or _cwd(pid) == hub:
-            cmd = _cmdline(pid)
-            if cmd:  # zombies and kernel threads have none
-                out.append((pid, cmd))
-    return out
-
-
-def sweep(folder: Path, grace: float = 10.0) -> list[tuple[int, str]]:
-    """Stop every leftover process of this classroom (SIGTERM, then SIGKILL); returns those
-    that were found."""
-    found = leftovers(folder)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, _ in leftovers(folder):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace
-        while leftovers(folder) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not leftovers(folder):
-            break
-    return found
-
-
 def wait_for_hub(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
     """Return once the hub answers at ``url``; raise with the log's tail if it does not."""
     deadline = time.monotonic() + timeout
@@ -214,20 +158,26 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
     t0 = time.monotonic()
     folder = folder.resolve()
     state = folder / "hub" / "classroom.json"
-    if state.is_file() and _cmdline(json.loads(state.read_text())["pid"]):
+    if state.is_file() and cmdline(json.loads(state.read_text())["pid"]):
         raise PipelineError(f"a classroom is already running from {folder} "
                             f"(stop it: python -m autograder classroom stop --dir {folder})")
-    sweep(folder)  # anything a killed earlier run left behind
-    closed = restrict_checkout(root)
-    accounts = prepare(folder, root, n_students)
-    (folder / "hub").mkdir(exist_ok=True)
-    os.chmod(folder / "hub", 0o700)
-    python, extra_env = student_python(folder, students(n_students)[0])
-    refuse_if_exposed(python, students(n_students)[0], root, extra_env)
-    (folder / "config" / "python.json").write_text(
-        json.dumps({"python": str(python), "env": extra_env}), encoding="utf-8")
-    cfg = hub_config(folder, ip, port, list(accounts), python, extra_env, subdomain_host,
-                     user_memory)
+    sweep(folder)  # anything a killed earlier run left behind, the checkout's modes too
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o711)
+    closed = restrict_checkout(root, folder / CHECKOUT_MODES)
+    try:
+        accounts = prepare(folder, root, n_students)
+        (folder / "hub").mkdir(exist_ok=True)
+        os.chmod(folder / "hub", 0o700)
+        python, extra_env = student_python(folder, students(n_students)[0])
+        refuse_if_exposed(python, students(n_students)[0], root, extra_env)
+        (folder / "config" / "python.json").write_text(
+            json.dumps({"python": str(python), "env": extra_env}), encoding="utf-8")
+        cfg = hub_config(folder, ip, port, list(accounts), python, extra_env, subdomain_host,
+                         user_memory)
+    except BaseException:
+        restore_modes(folder)  # the checkout is closed only while the hub runs
+        raise
     log = folder / "hub" / "hub.log"
     url = f"http://{'127.0.0.1' if ip in ('', '0.0.0.0') else ip}:{port}"
     stop_now = []
@@ -245,7 +195,8 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
     try:
         wait_for_hub(url, proc, log)
         if closed:
-            print("closed to other accounts: " + ", ".join(p.name for p in closed))
+            print("closed to other accounts while the hub runs: "
+                  + ", ".join(p.name for p in closed))
         shown = url if ip not in ("", "0.0.0.0") else f"http://{socket.getfqdn()}:{port}"
         print(f"\nThe classroom's hub is up at {shown} (in {time.monotonic() - t0:.1f} s)")
         print(f"  {'account':<12} password")
@@ -281,10 +232,10 @@ def stop(folder: Path, timeout: float = 60) -> int:
     state = folder / "hub" / "classroom.json"
     if state.is_file():
         pid = json.loads(state.read_text())["pid"]
-        if "autograder" in _cmdline(pid):
+        if "autograder" in cmdline(pid):
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
-            while _cmdline(pid) and time.monotonic() < deadline:
+            while cmdline(pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
     swept = sweep(folder)
     state.unlink(missing_ok=True)

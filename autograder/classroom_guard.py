@@ -10,7 +10,12 @@ the paths and the command that closes them.
 What is probed: every checkout of the course found among the course root, its git worktrees,
 its parent folders and their children (a folder holding ``autograder/checks``), and in each its
 ``solutions/``, ``source/``, ``autograder/checks/`` and git folders; plus
-``import autograder.checks``. A copy somewhere else on the machine is not searched for.
+``import autograder.checks``. A copy somewhere else on the machine is not searched for. Only a
+folder no student can have made counts as a checkout: owned (with its ``autograder/checks``)
+by root or the course checkout's owner, not a link, and neither being nor lying directly in a
+sticky world-writable folder like ``/tmp`` (the course root itself aside); so a student's
+``mkdir -p /tmp/autograder/checks`` cannot block ``classroom start``, and git is never run
+as root with ``safe.directory`` in a folder a student controls.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import stat
 import subprocess
 from pathlib import Path
 
 from autograder.build import PipelineError
-from autograder.classroom_setup import git_dirs
+from autograder.classroom_setup import MARK, git_dirs
 
 SECRET_FOLDERS = ("solutions", "source", "autograder/checks")
 
@@ -57,27 +63,66 @@ print(json.dumps(found))
 
 def checkouts(root: Path) -> list[Path]:
     """The course root, its git worktrees, and any checkout of the course (a folder holding
-    ``autograder/checks``) among its parent folders and their children."""
-    found = [root.resolve()]
+    ``autograder/checks``) among its parent folders and their children that no student can
+    have made (:func:`_trusted`)."""
+    root = root.resolve()
+    found = [root]
     try:
-        out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(root), "worktree", "list",
-                              "--porcelain"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["git", "-c", f"safe.directory={root}", "-C", str(root),
+                              "worktree", "list", "--porcelain"],
+                             capture_output=True, text=True, timeout=30)
         found += [Path(line.split(" ", 1)[1]) for line in out.stdout.splitlines()
                   if line.startswith("worktree ")]
     except (OSError, subprocess.TimeoutExpired):
         pass
-    for parent in root.resolve().parents:
+    owners = _owners(root)
+    for parent in root.parents:
         for d in [parent, *_children(parent)]:
-            if (d / "autograder" / "checks").is_dir():
-                found.append(d.resolve())
+            if d != root and _trusted(d, owners, ("autograder", "autograder/checks")):
+                found.append(d)
     return list(dict.fromkeys(p for p in found if p.is_dir()))
+
+
+def _owners(root: Path) -> set[int]:
+    """root and the checkout's owner, unless that is a classroom account."""
+    uid = root.stat().st_uid
+    try:
+        if MARK in pwd.getpwuid(uid).pw_gecos:
+            return {0}
+    except KeyError:
+        pass
+    return {0, uid}
+
+
+def _sticky_open(path: Path) -> bool:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_ISVTX and mode & stat.S_IWOTH)
+
+
+def _trusted(folder: Path, owners: set[int], inside: tuple[str, ...] = ()) -> bool:
+    """Whether no student can have made ``folder`` (and ``folder/<each of inside>``): each is
+    a real folder, not a link, owned by ``owners`` (root, the checkout's owner), and
+    ``folder`` neither is nor lies in a sticky world-writable folder such as ``/tmp``."""
+    if _sticky_open(folder) or (folder.parent != folder and _sticky_open(folder.parent)):
+        return False
+    for p in [folder, *(folder / x for x in inside)]:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners:
+            return False
+    return True
 
 
 def _children(folder: Path) -> list[Path]:
     if str(folder) in ("/proc", "/sys", "/dev"):
         return []
     try:
-        return [d for d in folder.iterdir() if d.is_dir()]
+        return [d for d in folder.iterdir() if d.is_dir() and not d.is_symlink()]
     except OSError:
         return []
 
@@ -86,9 +131,11 @@ def secret_folders(root: Path) -> list[Path]:
     """Every folder no student may read: the secret folders and git folders of each
     checkout of :func:`checkouts`."""
     out = []
+    owners = _owners(root.resolve())
     for checkout in checkouts(root):
         out += [checkout / s for s in SECRET_FOLDERS if (checkout / s).is_dir()]
-        out += [d for d in git_dirs(checkout) if d.is_dir()]
+        trusted = checkout == root.resolve() or _trusted(checkout, owners)
+        out += [d for d in git_dirs(checkout, trusted) if d.is_dir()]
     return list(dict.fromkeys(out))
 
 

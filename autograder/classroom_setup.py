@@ -10,6 +10,7 @@ import json
 import os
 import pwd
 import secrets
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 from autograder.build import PipelineError, list_days
 
 MARK = "transformers-from-scratch classroom"
+# In the classroom's folder: the checkout's modes from before `classroom start` closed it.
+CHECKOUT_MODES = "checkout-modes.json"
 COURSE_ID = "transformers-from-scratch"
 INSTRUCTOR = "instructor"
 
@@ -153,11 +156,13 @@ def account_uids(folder: Path) -> dict[int, str]:
 # --------------------------------------------------------------------------- folders
 
 
-def git_dirs(checkout: Path) -> list[Path]:
+def git_dirs(checkout: Path, trusted: bool = True) -> list[Path]:
     """The checkout's git folder and the repository's common one (another checkout's
-    ``.git`` when this one is a worktree: it holds every branch, hidden checks included)."""
+    ``.git`` when this one is a worktree: it holds every branch, hidden checks included).
+    Git is told the checkout is safe only when ``trusted`` (no student can have made it)."""
+    safe = ["-c", f"safe.directory={checkout.resolve()}"] if trusted else []
     try:
-        out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(checkout), "rev-parse",
+        out = subprocess.run(["git", *safe, "-C", str(checkout), "rev-parse",
                               "--path-format=absolute", "--git-dir", "--git-common-dir"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
@@ -167,19 +172,51 @@ def git_dirs(checkout: Path) -> list[Path]:
     return list(dict.fromkeys(Path(line) for line in out.stdout.splitlines() if line.strip()))
 
 
-def restrict_checkout(root: Path) -> list[Path]:
+def restrict_checkout(root: Path, record: Path | None = None) -> list[Path]:
     """Close the checkout to other accounts except ``.venv`` and ``course/``, and its git
     folders wherever they are; returns what changed. The checkout itself stays traversable
-    (``o+x``) but not listable."""
-    changed = []
+    (``o+x``) but not listable. ``record`` (root only, ``0600``) gets each changed path's
+    mode before and after, written before anything changes, for :func:`restore_checkout`."""
+    plan = {}
     for p in [root, *sorted(root.iterdir()), *git_dirs(root)]:
         if p.is_symlink() or (p != root and p.name in STUDENT_VISIBLE):
             continue
         mode = p.stat().st_mode & 0o7777
         want = (mode & ~0o006) | 0o001 if p == root else mode & ~0o007
         if want != mode:
-            os.chmod(p, want)
-            changed.append(p)
+            plan[str(p)] = [mode, want]
+    if record is not None and plan:
+        try:  # a record not yet restored keeps its modes from before
+            old = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        modes = {**plan, **{k: [v[0], plan[k][1]] for k, v in old.items() if k in plan}}
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(modes, fh, indent=1)
+        os.chmod(record, 0o600)
+    for path, (_, want) in plan.items():
+        os.chmod(path, want)
+    return [Path(p) for p in plan]
+
+
+def restore_checkout(record: Path) -> list[Path]:
+    """Give back the modes :func:`restrict_checkout` recorded in ``record`` (to each path
+    still as it left it), then remove the record; returns what changed."""
+    try:
+        modes = json.loads(record.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    changed = []
+    for path, (before, after) in modes.items():
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o7777 == after:
+            os.chmod(path, before)
+            changed.append(Path(path))
+    record.unlink()
     return changed
 
 

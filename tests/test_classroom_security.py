@@ -5,19 +5,24 @@
 - ``restrict_checkout`` closes the repository's common git folder of a worktree checkout;
 - ``refuse_if_exposed`` (run as the account) finds a readable second checkout, a searchable
   ``solutions/`` and an importable ``autograder.checks``, and nothing once they are closed;
-- ``LimitedSpawner``'s servers start under its resource limits.
+- ``LimitedSpawner``'s servers start under its resource limits;
+- ``sweep`` ends an account's process that blanked its command line and one that keeps
+  forking; ``checkouts`` ignores an ``autograder/checks`` a student made (``/tmp``, their own
+  folder, a sticky world-writable one).
 
 They use one throw-away account of their own (``tfs-sectest``), removed at the end.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import resource
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +228,92 @@ def test_hub_config_subdomain_host_and_limits(folder):
                       "https://hub.example.org", 0).read_text()
     assert "c.JupyterHub.subdomain_host = 'https://hub.example.org'" in text
     assert "c.LimitedSpawner.address_space = 0" in text
+
+
+# Blanks its own command line (zeros over argv through /proc/self/mem), ignores SIGTERM.
+_BLANK = r"""
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+start, end = int(fields[45]), int(fields[46])
+with open("/proc/self/mem", "r+b", buffering=0) as mem:
+    mem.seek(start)
+    mem.write(bytes(end - start))
+print("blank", flush=True)
+time.sleep(600)
+"""
+# Keeps forking: each child goes on while its parent exits, so its pid never stays put.
+_FORKING = r"""
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("forking", flush=True)
+while True:
+    time.sleep(0.01)
+    if os.fork():
+        os._exit(0)
+"""
+
+
+@pytest.mark.skipif(SYSTEM_PYTHON is None, reason="runs the system's python3 as the account")
+def test_sweep_ends_a_blanked_and_a_forking_process(folder):
+    from autograder.classroom import cmdline, leftovers, sweep
+
+    entry = ensure_account(NAME, folder / "home" / NAME)
+    (folder / "accounts.json").write_text(json.dumps({NAME: "unused"}))
+    procs = [subprocess.Popen([SYSTEM_PYTHON, "-c", script], user=entry.pw_uid,
+                              group=entry.pw_gid, extra_groups=[], cwd="/",
+                              stdout=subprocess.PIPE, text=True)
+             for script in (_BLANK, _FORKING)]
+    try:
+        assert [p.stdout.readline().strip() for p in procs] == ["blank", "forking"]
+        assert cmdline(procs[0].pid) == "" and procs[0].poll() is None
+        found = [pid for pid, _ in leftovers(folder)]
+        assert procs[0].pid in found and len(found) >= 2, found
+        t0 = time.monotonic()
+        sweep(folder, grace=1)
+        assert leftovers(folder) == []
+        assert time.monotonic() - t0 < 20
+        time.sleep(0.5)  # a fork that escaped would show by now
+        assert leftovers(folder) == []
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+        (folder / "accounts.json").unlink()
+
+
+def _as_student(entry, *cmd: str) -> None:
+    subprocess.run(list(cmd), user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
+                   cwd="/", check=True)
+
+
+def test_a_checkout_a_student_made_is_ignored(folder):
+    from autograder.classroom_guard import checkouts, secret_folders
+
+    entry = ensure_account(NAME, folder / "home" / NAME)
+    sticky = folder / "sticky"
+    sticky.mkdir(mode=0o755)
+    os.chmod(sticky, 0o1777)
+    course = _checkout(sticky / "course")  # the course root may lie in one itself
+    own = folder / "own"  # a student's own folder next to the course's parent
+    own.mkdir()
+    os.chown(own, entry.pw_uid, entry.pw_gid)
+    made = [sticky / "planted", own]
+    tmp_planted = Path("/tmp/autograder")
+    if not tmp_planted.exists():  # the reported case: mkdir -p /tmp/autograder/checks
+        made.append(Path("/tmp"))
+    try:
+        for d in made:
+            _as_student(entry, "mkdir", "-p", str(d / "autograder" / "checks"),
+                        str(d / "solutions"))
+        root_made = _checkout(sticky / "root-made")  # anyone's name in a sticky folder
+        assert checkouts(course) == [course]
+        assert not [p for p in secret_folders(course)
+                    if any(str(p).startswith(str(d)) for d in (own, root_made, *made[:1]))
+                    or str(p).startswith(str(tmp_planted))]
+        os.chmod(sticky, 0o755)  # an ordinary root folder: the root-made checkout counts
+        assert root_made in checkouts(course)
+    finally:
+        if Path("/tmp") in made:
+            shutil.rmtree(tmp_planted, ignore_errors=True)

@@ -12,7 +12,8 @@ that user's own system account) with two students; then:
    (``classroom collect|grade|return 2``);
 5. both students click "Fetch Feedback" and open their feedback page: 8 / 8 for student1,
    0 / 8 with the diagnoses for student2;
-6. ``classroom stop`` leaves no process of the classroom behind.
+6. ``classroom stop`` leaves no process of the classroom behind, and the checkout's modes
+   (its root and top-level entries) exactly as they were before ``classroom start``.
 
 Screenshots and each step's seconds go where the JupyterLab test puts its own
 (``$BROWSER_ARTIFACTS_DIR``, default ``build/browser-artifacts``; a committed set is in
@@ -57,8 +58,18 @@ def _cli(*args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
+MODES_BEFORE: dict[Path, dict[str, int]] = {}
+
+
+def _modes() -> dict[str, int]:
+    """``stat`` mode of the checkout's root and of each of its top-level entries."""
+    return {p.name if p != ROOT else ".": p.lstat().st_mode
+            for p in [ROOT, *sorted(ROOT.iterdir())]}
+
+
 def _start(folder: Path, students: int = 2) -> tuple[subprocess.Popen, str, float]:
     """Start ``classroom start`` and wait for its "hub is up" line: (process, url, seconds)."""
+    MODES_BEFORE[folder] = _modes()
     port = _free_port()
     log = folder.parent / f"{folder.name}.out"
     t0 = time.monotonic()
@@ -84,6 +95,10 @@ def _stop_and_check(proc: subprocess.Popen, folder: Path, how: str) -> None:
         _cli("classroom", "stop", "--dir", str(folder))
     proc.wait(timeout=60)
     assert leftovers(folder) == [], f"left running after {how}: {leftovers(folder)}"
+    after = _modes()
+    assert after == MODES_BEFORE[folder], "the checkout's modes changed: " + str(
+        {k: (oct(v), oct(after.get(k, 0))) for k, v in MODES_BEFORE[folder].items()
+         if after.get(k) != v})
 
 
 @pytest.fixture()
@@ -269,5 +284,6 @@ def test_ctrl_c_leaves_nothing_running(folder):
         uids = account_uids(folder)
         running = [p for p, _ in leftovers(folder)]
         assert any(Path(f"/proc/{p}").stat().st_uid in uids for p in running), running
+        assert (ROOT / "solutions").stat().st_mode & 0o007 == 0  # closed while it runs
     finally:
         _stop_and_check(proc, folder, "sigint")
