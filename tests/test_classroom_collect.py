@@ -86,16 +86,28 @@ def test_collect_moves_checks_and_freezes(room: Path, tmp_path: Path) -> None:
     submission(room, "student1", deep, {})
     as_user("student1", lambda: os.makedirs(room / "exchange" / COURSE_ID / "inbound" / deep
                                             / "/".join(["d"] * 40)))
+    # a name as long as the file system allows, and a sparse file of 50 MB
+    long = f"a+{DAY}+" + "x" * (255 - len(f"a+{DAY}+"))
+    submission(room, "student1", long, {})
+    sparse = f"student1+{DAY}+{TS}+iiii"
+    submission(room, "student1", sparse, {})
+
+    def make_sparse():
+        with open(room / "exchange" / COURSE_ID / "inbound" / sparse / "big.bin", "wb") as f:
+            f.truncate(50 << 20)
+
+    as_user("student1", make_sparse)
     original = (room / "exchange" / COURSE_ID / "inbound" / good / f"{DAY}.ipynb").stat()
 
     problems = classroom_loop.vet_inbound(room, DAY)
 
     joined = "\n".join(problems)
-    assert len(problems) == 7, joined
+    assert len(problems) == 9, joined
     for name, words in ((forged, "in the name of 'student2'"), (sneaky, "names no student"),
                         (linked, "a link or special file"), (fifo, "a link or special file"),
                         (badtime, "timestamp cannot be read"), (whole, "not a folder"),
-                        (deep, "nested more than 16 deep")):
+                        (deep, "nested more than 16 deep"), (long, "not a submission name"),
+                        (sparse, "a sparse file")):
         assert any(p.startswith(name) and words in p for p in problems), (name, joined)
     vetted = classroom_loop.vetted_root(room) / COURSE_ID / "inbound"
     assert sorted(os.listdir(vetted)) == [good]
@@ -108,7 +120,7 @@ def test_collect_moves_checks_and_freezes(room: Path, tmp_path: Path) -> None:
     assert (copied.st_ino, copied.st_dev) != (original.st_ino, original.st_dev)
     kept = sorted(p.name for p in (room / "received").iterdir())
     assert len(kept) == 2 and (room / "received" / kept[1]).read_text().startswith(good), kept
-    assert len(list((room / "quarantine").iterdir())) == 2 * 7
+    assert len(list((room / "quarantine").iterdir())) == 2 * 9
     # nothing is left where a student can reach it, and the link's target is untouched
     assert os.listdir(room / "exchange" / COURSE_ID / "inbound") == []
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.stat().st_uid == 0
