@@ -10,21 +10,23 @@ import json
 import os
 import pwd
 import secrets
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 from autograder.build import PipelineError, list_days
+from autograder.classroom_checkout import (  # noqa: F401 - re-exported, used from here
+    CHECKOUT_MODES,
+    STUDENT_VISIBLE,
+    git_dirs,
+    restore_checkout,
+    restrict_checkout,
+)
 
 MARK = "transformers-from-scratch classroom"
-# In the classroom's folder: the checkout's modes from before `classroom start` closed it.
-CHECKOUT_MODES = "checkout-modes.json"
 COURSE_ID = "transformers-from-scratch"
 INSTRUCTOR = "instructor"
 
-# What a student's server needs from the checkout; everything else there is closed to them.
-STUDENT_VISIBLE = {".venv", "course"}
 # nbgrader's lab and server extensions that are for instructors only.
 INSTRUCTOR_ONLY_LAB = ["formgrader", "course-list", "create-assignment"]
 INSTRUCTOR_ONLY_SERVER = ["formgrader", "course_list"]
@@ -105,12 +107,14 @@ def ensure_account(name: str, home: Path) -> pwd.struct_passwd:
     if entry is not None and MARK not in entry.pw_gecos:
         raise PipelineError(f"a system account {name!r} already exists and is not a classroom "
                             "account; remove it or run the classroom on another machine")
-    if entry is None:
-        subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell",
+    if entry is None:  # no subordinate uids: no process of a uid the sweep cannot tell
+        subprocess.run(["useradd", "-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0",
+                        "--no-create-home", "--home-dir", str(home), "--shell",
                         "/bin/bash", "--comment", MARK, "--user-group", name], check=True)
     elif entry.pw_dir != str(home):
         subprocess.run(["usermod", "--home", str(home), name], check=True)
     entry = pwd.getpwnam(name)
+    drop_subids(entry)
     home.parent.mkdir(parents=True, exist_ok=True)
     parent = os.open(home.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
@@ -120,6 +124,34 @@ def ensure_account(name: str, home: Path) -> pwd.struct_passwd:
     if not as_user(entry, _lab_settings, home):
         print(f"note: the lab settings of {name} were not written (see above)", file=sys.stderr)
     return entry
+
+
+def subid_ranges(entry: pwd.struct_passwd, kind: str = "uid") -> list[tuple[int, int]]:
+    """The account's subordinate uid (``kind="gid"``: gid) ranges, ``(first, count)``, from
+    ``/etc/subuid`` (``/etc/subgid``), where a line names it or its uid."""
+    try:
+        lines = Path(f"/etc/sub{kind}").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        owner, _, rest = line.strip().partition(":")
+        first, _, count = rest.partition(":")
+        if owner in (entry.pw_name, str(entry.pw_uid)) and first.isdigit() and count.isdigit():
+            out.append((int(first), int(count)))
+    return out
+
+
+def drop_subids(entry: pwd.struct_passwd) -> None:
+    """Remove the account's subordinate uid and gid ranges (``usermod --del-subuids``): with
+    them (and ``newuidmap``) it could leave processes of uids that are not its own."""
+    args = [f"--del-sub{kind}s={first}-{first + count - 1}"
+            for kind in ("uid", "gid") for first, count in subid_ranges(entry, kind) if count]
+    if args:
+        subprocess.run(["usermod", *args, entry.pw_name], check=True)
+    if subid_ranges(entry) or subid_ranges(entry, "gid"):
+        print(f"note: {entry.pw_name} still has subordinate ids in /etc/subuid or /etc/subgid;"
+              " the sweep ends their processes too", file=sys.stderr)
 
 
 def load_accounts(folder: Path, names: list[str]) -> dict[str, str]:
@@ -154,70 +186,6 @@ def account_uids(folder: Path) -> dict[int, str]:
 
 
 # --------------------------------------------------------------------------- folders
-
-
-def git_dirs(checkout: Path, trusted: bool = True) -> list[Path]:
-    """The checkout's git folder and the repository's common one (another checkout's
-    ``.git`` when this one is a worktree: it holds every branch, hidden checks included).
-    Git is told the checkout is safe only when ``trusted`` (no student can have made it)."""
-    safe = ["-c", f"safe.directory={checkout.resolve()}"] if trusted else []
-    try:
-        out = subprocess.run(["git", *safe, "-C", str(checkout), "rev-parse",
-                              "--path-format=absolute", "--git-dir", "--git-common-dir"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if out.returncode != 0:
-        return []
-    return list(dict.fromkeys(Path(line) for line in out.stdout.splitlines() if line.strip()))
-
-
-def restrict_checkout(root: Path, record: Path | None = None) -> list[Path]:
-    """Close the checkout to other accounts except ``.venv`` and ``course/``, and its git
-    folders wherever they are; returns what changed. The checkout itself stays traversable
-    (``o+x``) but not listable. ``record`` (root only, ``0600``) gets each changed path's
-    mode before and after, written before anything changes, for :func:`restore_checkout`."""
-    plan = {}
-    for p in [root, *sorted(root.iterdir()), *git_dirs(root)]:
-        if p.is_symlink() or (p != root and p.name in STUDENT_VISIBLE):
-            continue
-        mode = p.stat().st_mode & 0o7777
-        want = (mode & ~0o006) | 0o001 if p == root else mode & ~0o007
-        if want != mode:
-            plan[str(p)] = [mode, want]
-    if record is not None and plan:
-        try:  # a record not yet restored keeps its modes from before
-            old = json.loads(record.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = {}
-        modes = {**plan, **{k: [v[0], plan[k][1]] for k, v in old.items() if k in plan}}
-        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(modes, fh, indent=1)
-        os.chmod(record, 0o600)
-    for path, (_, want) in plan.items():
-        os.chmod(path, want)
-    return [Path(p) for p in plan]
-
-
-def restore_checkout(record: Path) -> list[Path]:
-    """Give back the modes :func:`restrict_checkout` recorded in ``record`` (to each path
-    still as it left it), then remove the record; returns what changed."""
-    try:
-        modes = json.loads(record.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return []
-    changed = []
-    for path, (before, after) in modes.items():
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o7777 == after:
-            os.chmod(path, before)
-            changed.append(Path(path))
-    record.unlink()
-    return changed
 
 
 def write_nbgrader_config(path: Path, exchange: Path, course_root: Path | None = None) -> None:
