@@ -162,6 +162,9 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
         raise PipelineError(f"a classroom is already running from {folder} "
                             f"(stop it: python -m autograder classroom stop --dir {folder})")
     sweep(folder)  # anything a killed earlier run left behind, the checkout's modes too
+    if left := leftovers(folder):
+        raise PipelineError("processes of the classroom survived the sweep (the checkout stays "
+                            "closed): " + "; ".join(f"{p} {c}" for p, c in left))
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o711)
     closed = restrict_checkout(root, folder / CHECKOUT_MODES)
@@ -220,9 +223,11 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
                 proc.wait()
         swept = sweep(folder)
         state.unlink(missing_ok=True)
-        print(f"classroom stopped; {len(swept)} leftover process(es) ended" if swept
-              else "classroom stopped; nothing left running", flush=True)
-    return 0 if stop_now else 1
+        survived = bool(leftovers(folder))  # sweep reported them; the checkout stays closed
+        if not survived:
+            print(f"classroom stopped; {len(swept)} leftover process(es) ended" if swept
+                  else "classroom stopped; nothing left running", flush=True)
+    return 0 if stop_now and not survived else 1
 
 
 def stop(folder: Path, timeout: float = 60) -> int:

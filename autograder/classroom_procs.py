@@ -1,11 +1,13 @@
 """The classroom's processes: find them (:func:`leftovers`) and end them (:func:`sweep`).
 
-A process of a classroom account is found by its uid alone (zombies and kernel threads
-aside), never by its command line, which a process can blank; it is ended from a child that
-has become that account, by ``kill(-1)``, which no pid race, blanked command line or
-process that keeps forking escapes. The hub and the proxy (root's) are found by their
-working folder, ``hub/``. :func:`sweep` also gives the checkout back the modes it had before
-``classroom start`` closed it (:func:`autograder.classroom_setup.restore_checkout`).
+A process of a classroom account is found by its uids alone (real, effective, saved or
+filesystem uid of an account or in a subordinate range left to one; zombies and kernel
+threads aside), never by its command line, which a process can blank. Root ends them pid by
+pid: SIGSTOP until every one is stopped (none can fork or signal), then SIGKILL; never from
+a child of the account's uid, which its processes could kill or stop. The hub and the proxy
+(root's) are found by their working folder, ``hub/``. :func:`sweep` also gives the checkout
+back the modes it had before ``classroom start`` closed it
+(:func:`autograder.classroom_setup.restore_checkout`), once nothing of the classroom is left.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from autograder.classroom_setup import CHECKOUT_MODES, account_uids, restore_checkout
+from autograder.classroom_setup import (
+    CHECKOUT_MODES,
+    account_uids,
+    restore_checkout,
+    subid_ranges,
+)
 
 PF_KTHREAD = 0x00200000
 
@@ -40,18 +47,47 @@ def _kernel_thread(pid: int, status: dict[str, str]) -> bool:
         return False
 
 
+def _state(status: dict[str, str]) -> str:
+    return status.get("State", "").strip()[:1]
+
+
+def _uids(status: dict[str, str]) -> list[int]:
+    """Real, effective, saved and filesystem uid."""
+    try:
+        return [int(u) for u in status["Uid"].split()]
+    except (KeyError, ValueError):
+        return []
+
+
 def _live(pid: int) -> tuple[int, str] | None:
     """(real uid, name) of a running process: None for a zombie, a kernel thread or one
     that is gone. Never its command line, which a process can blank."""
     status = _proc_status(pid)
-    if not status or status.get("State", "").strip()[:1] in ("Z", "X", ""):
+    if not status or _state(status) in ("Z", "X", ""):
         return None
     if _kernel_thread(pid, status):
         return None
-    try:
-        return int(status["Uid"].split()[0]), status.get("Name", "").strip()
-    except (KeyError, IndexError, ValueError):
-        return None
+    uids = _uids(status)
+    return (uids[0], status.get("Name", "").strip()) if uids else None
+
+
+class _Accounts:
+    """The classroom's uids: its accounts' own, and any subordinate uid range left to them
+    (:func:`autograder.classroom_setup.subid_ranges`)."""
+
+    def __init__(self, folder: Path):
+        self.uids = account_uids(folder)
+        self.ranges = []
+        for uid in self.uids:
+            try:
+                self.ranges += subid_ranges(pwd.getpwuid(uid))
+            except KeyError:
+                pass
+
+    def owns(self, status: dict[str, str]) -> bool:
+        """Whether any of the process's real, effective, saved or filesystem uids is one."""
+        return any(u in self.uids or any(f <= u < f + n for f, n in self.ranges)
+                   for u in _uids(status))
 
 
 def cmdline(pid: int) -> str:
@@ -75,51 +111,72 @@ def _pids() -> list[int]:
 
 def leftovers(folder: Path) -> list[tuple[int, str]]:
     """(pid, command) of every process of this classroom still running: any process of its
-    accounts (by uid alone: zombies and kernel threads aside), and any started in its
+    accounts (by its uids alone: zombies and kernel threads aside), and any started in its
     ``hub/`` folder (the hub, the proxy)."""
-    uids = account_uids(folder)
+    accounts = _Accounts(folder)
     hub = str((folder / "hub").resolve())
     out = []
     for pid in _pids():
         if pid == os.getpid() or (live := _live(pid)) is None:
             continue
-        if live[0] in uids or _cwd(pid) == hub:
+        if accounts.owns(_proc_status(pid)) or _cwd(pid) == hub:
             out.append((pid, cmdline(pid) or f"[{live[1]}]"))
     return out
 
 
-def _as_account(uid: int, sig: int, timeout: float = 30.0) -> None:
-    """Send ``sig`` to every process of the account ``uid`` from a child that has become
-    that uid, ``kill(-1, sig)``: no pid is looked up, so neither a blanked command line nor
-    a process that keeps forking escapes. For SIGKILL it repeats until no live process of
-    the uid is left (Linux answers ESRCH to ``kill(-1)`` only when no other process
-    exists at all, so that alone cannot end the loop), or ``timeout``."""
-    gid = pwd.getpwuid(uid).pw_gid
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the forked child
-        code = 1
-        try:
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-            end = time.monotonic() + timeout
-            while True:
-                try:
-                    os.kill(-1, sig)
-                except ProcessLookupError:
-                    code = 0
-                    break
-                if sig != signal.SIGKILL or not any(
-                        (live := _live(p)) and live[0] == uid for p in _pids()
-                        if p != os.getpid()):
-                    code = 0
-                    break
-                if time.monotonic() > end:
-                    break
-                time.sleep(0.005)
-        finally:
-            os._exit(code)
-    os.waitpid(child, 0)
+def _signal(pid: int, sig: int, accounts: _Accounts) -> None:
+    """Send ``sig`` to ``pid`` if it is (still) a live process of ``accounts``: through a
+    pidfd, checked after it is opened, so a pid reused meanwhile is never signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        fd = None
+    try:
+        status = _proc_status(pid)
+        if not status or _state(status) in ("Z", "X") or not accounts.owns(status):
+            return
+        if fd is None:
+            os.kill(pid, sig)
+        else:
+            signal.pidfd_send_signal(fd, sig)
+    except ProcessLookupError:
+        pass
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _scan(accounts: _Accounts) -> dict[int, str]:
+    """pid -> state letter of every live process of the accounts (kernel threads aside)."""
+    out = {}
+    for pid in _pids():
+        status = _proc_status(pid)
+        if (status and _state(status) not in ("Z", "X", "") and accounts.owns(status)
+                and not _kernel_thread(pid, status)):
+            out[pid] = _state(status)
+    return out
+
+
+def end_accounts(accounts: _Accounts, timeout: float = 30.0) -> list[int]:
+    """End every process of the classroom's accounts, from root, pid by pid (never
+    ``kill(-1)``, never as the account, whose processes could signal the sweeper). First
+    SIGSTOP to each, repeating full scans of /proc until two scans in a row find every one
+    stopped (a stopped process can neither fork nor signal), then SIGKILL to all; again
+    until none is left or ``timeout``. Returns the pids still there at the end."""
+    end = time.monotonic() + timeout
+    while (found := _scan(accounts)) and time.monotonic() < end:
+        calm = 0
+        while calm < 2 and time.monotonic() < end:
+            for pid, state in found.items():
+                if state not in ("T", "t"):
+                    _signal(pid, signal.SIGSTOP, accounts)
+            calm = calm + 1 if all(s in ("T", "t") for s in found.values()) else 0
+            time.sleep(0.002 if calm else 0.01)
+            found = _scan(accounts)
+        for pid in found:
+            _signal(pid, signal.SIGKILL, accounts)
+        time.sleep(0.02)
+    return list(_scan(accounts))
 
 
 def restore_modes(folder: Path) -> None:
@@ -131,28 +188,35 @@ def restore_modes(folder: Path) -> None:
               f"{exc}", file=sys.stderr)
 
 
-def sweep(folder: Path, grace: float = 10.0) -> list[tuple[int, str]]:
-    """Stop every leftover process of this classroom, and give the checkout back the modes
-    it had before ``classroom start`` closed it. Each account's processes get SIGTERM, then
-    (after ``grace`` seconds at most) SIGKILL until none is left, both sent as the account
-    (:func:`_as_account`); the hub and the proxy (root's, found by their folder) get the
-    same by pid. Returns the processes that were found."""
+def sweep(folder: Path, grace: float = 10.0, timeout: float = 30.0) -> list[tuple[int, str]]:
+    """End every leftover process of this classroom and, only when nothing of it is left,
+    give the checkout back the modes it had before ``classroom start`` closed it; otherwise
+    the survivors are reported and the checkout stays closed. The hub and the proxy (root's,
+    found by their folder) get SIGTERM, then SIGKILL after ``grace`` seconds at most; the
+    accounts' processes are stopped and killed from root (:func:`end_accounts`), within
+    ``timeout``. Returns the processes that were found (:func:`leftovers` tells what is
+    left)."""
     found = leftovers(folder)
-    uids = account_uids(folder)
+    accounts = _Accounts(folder)
+    hub = str((folder / "hub").resolve())
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        running = {pid: _live(pid) for pid, _ in leftovers(folder)}
-        for uid in {live[0] for live in running.values() if live and live[0] in uids}:
-            _as_account(uid, sig)
-        for pid, live in running.items():
-            if live and live[0] not in uids:  # the hub, the proxy
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        roots = [pid for pid in _pids() if pid != os.getpid() and _live(pid)
+                 and not accounts.owns(_proc_status(pid)) and _cwd(pid) == hub]
+        for pid in roots:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
         deadline = time.monotonic() + grace
-        while leftovers(folder) and time.monotonic() < deadline:
+        while any(_live(p) for p in roots) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if not leftovers(folder):
-            break
-    restore_modes(folder)
+    end_accounts(accounts, timeout)
+    left = leftovers(folder)
+    if left:
+        print(f"the classroom in {folder} is not stopped: still running "
+              + "; ".join(f"{p} {c}" for p, c in left)
+              + f" (the checkout stays closed; its modes are in {folder / CHECKOUT_MODES})",
+              file=sys.stderr)
+    else:
+        restore_modes(folder)
     return found

@@ -6,8 +6,11 @@
 - ``refuse_if_exposed`` (run as the account) finds a readable second checkout, a searchable
   ``solutions/`` and an importable ``autograder.checks``, and nothing once they are closed;
 - ``LimitedSpawner``'s servers start under its resource limits;
-- ``sweep`` ends an account's process that blanked its command line and one that keeps
-  forking; ``checkouts`` ignores an ``autograder/checks`` a student made (``/tmp``, their own
+- ``sweep`` ends an account's process that blanked its command line, one that keeps
+  forking and one that keeps killing every other process of its account, in bounded time;
+- accounts keep no subordinate uids; ``restore_checkout`` changes only the inodes that
+  ``restrict_checkout`` closed, never through a link;
+- ``checkouts`` ignores an ``autograder/checks`` a student made (``/tmp``, their own
   folder, a sticky world-writable one).
 
 They use one throw-away account of their own (``tfs-sectest``), removed at the end.
@@ -281,6 +284,84 @@ def test_sweep_ends_a_blanked_and_a_forking_process(folder):
                 p.kill()
             p.wait(timeout=10)
         (folder / "accounts.json").unlink()
+
+
+# Kills every other process of its account, over and over (what killed the sweep's old
+# child that took the account's uid), and ignores SIGTERM.
+_KILLER = r"""
+import os, signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("killer", flush=True)
+while True:
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.skipif(SYSTEM_PYTHON is None, reason="runs the system's python3 as the account")
+@pytest.mark.parametrize("script", [_KILLER, _FORKING], ids=["kill-all", "forking"])
+def test_sweep_ends_what_would_kill_or_outrun_it(folder, script):
+    from autograder.classroom import leftovers, sweep
+
+    entry = ensure_account(NAME, folder / "home" / NAME)
+    (folder / "accounts.json").write_text(json.dumps({NAME: "unused"}))
+    proc = subprocess.Popen([SYSTEM_PYTHON, "-c", script], user=entry.pw_uid,
+                            group=entry.pw_gid, extra_groups=[], cwd="/",
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() in ("killer", "forking")
+        time.sleep(0.2)
+        assert leftovers(folder)
+        t0 = time.monotonic()
+        sweep(folder, grace=1, timeout=15)
+        assert time.monotonic() - t0 < 20
+        assert leftovers(folder) == []
+        time.sleep(0.5)  # a fork that escaped would show by now
+        assert leftovers(folder) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        (folder / "accounts.json").unlink()
+
+
+def test_accounts_get_no_subordinate_uids(folder):
+    from autograder.classroom_setup import subid_ranges
+
+    entry = ensure_account(NAME, folder / "home" / NAME)
+    if shutil.which("usermod"):
+        subprocess.run(["usermod", "--add-subuids", "900000-900009", "--add-subgids",
+                        "900000-900009", NAME], check=True)
+        assert subid_ranges(entry) == [(900000, 10)]
+    entry = ensure_account(NAME, folder / "home" / NAME)
+    assert subid_ranges(entry) == [] and subid_ranges(entry, "gid") == []
+
+
+def test_restore_checkout_changes_only_what_it_closed(folder, victim):
+    from autograder.classroom_setup import restore_checkout
+
+    root = folder / "modes"
+    (root / "secret").mkdir(parents=True)
+    (root / "notes.txt").write_text("x")
+    for p in (root, root / "secret", root / "notes.txt"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    record = folder / "modes.json"
+    closed = restrict_checkout(root, record)
+    assert set(closed) == {root, root / "secret", root / "notes.txt"}
+    assert (root / "secret").stat().st_mode & 0o777 == 0o750
+    # Another inode in one entry's place, a link to a root folder in another's.
+    (root / "notes.txt").unlink()
+    (root / "notes.txt").write_text("new")
+    os.chmod(root / "notes.txt", 0o600)
+    os.rmdir(root / "secret")
+    (root / "secret").symlink_to(victim)
+    os.chmod(victim, 0o750)
+    restore_checkout(record)
+    assert root.stat().st_mode & 0o777 == 0o755 and not record.exists()
+    assert (root / "notes.txt").stat().st_mode & 0o777 == 0o600
+    assert victim.stat().st_mode & 0o777 == 0o750
 
 
 def _as_student(entry, *cmd: str) -> None:
