@@ -122,6 +122,12 @@ def place_feedback(folder: Path, grading: Path, day: str) -> list[Path]:
 
     Root reads the pages from ``grading/`` (root's own); everything in the instructor's
     course folder is read and written as the instructor account."""
+    # Every import the child needs is made here, as root: the interpreter's own files may
+    # be out of the instructor account's reach (pyenv under /root).
+    import re  # noqa: F401
+
+    from nbgrader.utils import parse_utc  # noqa: F401
+
     course = course_dir(folder)
     pages = {page.parent.name: page.read_text(encoding="utf-8")
              for page in sorted((grading / "feedback").glob(f"*/{day}.html"))
@@ -151,7 +157,7 @@ def _place_one(course: Path, student: str, day: str, html: str) -> str:
     what nbgrader's submit writes (a timestamp it parses, a secret of 128 hex digits)."""
     import re
 
-    from nbgrader.utils import parse_utc
+    from nbgrader.utils import parse_utc  # imported by place_feedback, before the fork
 
     submitted = course / "submitted" / student / day
     notebook = find_submitted_notebook(submitted, day) if submitted.is_dir() else None
