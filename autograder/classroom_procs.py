@@ -4,9 +4,10 @@ A process of a classroom account is found by its uids alone (real, effective, sa
 filesystem uid of an account or in a subordinate range left to one; zombies and kernel
 threads aside), never by its command line, which a process can blank. Root ends them pid by
 pid: SIGSTOP until every one is stopped (none can fork or signal), then SIGKILL; never from
-a child of the account's uid, which its processes could kill or stop. The hub and the proxy
-(root's) are found by their working folder, ``hub/``. :func:`sweep` also gives the checkout
-back the modes it had before ``classroom start`` closed it
+a child of the account's uid alone, which its processes could kill or stop (each account's
+processes are first killed at once by a child they cannot signal: :func:`_kill_all_as`).
+The hub and the proxy (root's) are found by their working folder, ``hub/``. :func:`sweep`
+also gives the checkout back the modes it had before ``classroom start`` closed it
 (:func:`autograder.classroom_setup.restore_checkout`), once nothing of the classroom is left.
 """
 
@@ -157,13 +158,56 @@ def _scan(accounts: _Accounts) -> dict[int, str]:
     return out
 
 
-def end_accounts(accounts: _Accounts, timeout: float = 30.0) -> list[int]:
-    """End every process of the classroom's accounts, from root, pid by pid (never
-    ``kill(-1)``, never as the account, whose processes could signal the sweeper). First
-    SIGSTOP to each, repeating full scans of /proc until two scans in a row find every one
-    stopped (a stopped process can neither fork nor signal), then SIGKILL to all; again
-    until none is left or ``timeout``. Returns the pids still there at the end."""
+# The real and saved uid of the killer (see _kill_all_as): a uid no account or process has.
+KILLER_UID = 4_294_960_000
+
+
+def _kill_all_as(uid: int, timeout: float) -> None:
+    """Kill every process of ``uid`` at once, from a child whose real and saved uid are
+    :data:`KILLER_UID` and whose effective uid is ``uid``: ``kill(-1, SIGKILL)`` reaches all
+    of them in one pass of the kernel (a process forking as fast as it can is not missed, as
+    it can be by a scan of /proc), while none of them may signal or trace the child (the
+    kernel compares their uid with its real and saved uid). Repeated until no process of
+    ``uid`` is left; the child is killed by root after ``timeout``."""
+    if any(KILLER_UID in _uids(_proc_status(p))[:3] for p in _pids()):
+        return  # someone has that uid: kill(-1) would reach them too
+    pid = os.fork()
+    if pid == 0:  # the child: os calls only
+        try:
+            os.setgroups([])
+            os.setresuid(KILLER_UID, uid, KILLER_UID)
+            me = os.getpid()
+            for _ in range(1000):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                if not any(p != me and uid in _uids(st := _proc_status(p))
+                           and _state(st) not in ("Z", "X", "") for p in _pids()):
+                    break
+                time.sleep(0.005)
+        finally:
+            os._exit(0)
     end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def end_accounts(accounts: _Accounts, timeout: float = 30.0) -> list[int]:
+    """End every process of the classroom's accounts: first each account's at once
+    (:func:`_kill_all_as`), then, for what is left (a subordinate uid), from root, pid by pid
+    (never ``kill(-1)`` from root, never as the account, whose processes could signal the
+    sweeper). First SIGSTOP to each, repeating full scans of /proc until two scans in a
+    row find every one stopped (a stopped process can neither fork nor signal), then
+    SIGKILL to all; again until none is left or ``timeout``. Returns the pids still there
+    at the end."""
+    end = time.monotonic() + timeout
+    for uid in accounts.uids:
+        _kill_all_as(uid, timeout / 3)
     while (found := _scan(accounts)) and time.monotonic() < end:
         calm = 0
         while calm < 2 and time.monotonic() < end:
