@@ -28,7 +28,7 @@ from pathlib import Path
 
 from autograder.build import PipelineError, resolve_days
 from autograder.classroom import _require_root
-from autograder.classroom_setup import COURSE_ID, INSTRUCTOR, users_python
+from autograder.classroom_setup import COURSE_ID, INSTRUCTOR, run_as, users_python
 from autograder.classroom_vet import vet_inbound, vetted_root  # noqa: F401 - the loop's API
 from autograder.collect import find_submitted_notebook
 
@@ -79,44 +79,6 @@ def collect(folder: Path, day: str) -> list[str]:
         return failed
 
 
-def _as_account(name: str, work) -> object:
-    """``work()`` in a child process that runs as the account ``name`` (no supplementary
-    groups), so that no link in that account's folders can redirect a write of root's;
-    returns what ``work`` returned (JSON).
-
-    Raises:
-        PipelineError: ``work`` failed.
-    """
-    import json
-
-    entry = pwd.getpwnam(name)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 1
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
-            os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)
-            os.umask(0o022)          # what it writes is for others to read (root's may be 077)
-            os.write(w, json.dumps(work()).encode())
-            code = 0
-        except BaseException as exc:  # noqa: BLE001 - said below, then exit 1
-            os.write(2, f"as {name}: {type(exc).__name__}: {exc}\n".encode())
-        finally:
-            os._exit(code)
-    os.close(w)
-    raw = b""
-    while chunk := os.read(r, 65536):
-        raw += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise PipelineError(f"a step run as {name} failed")
-    return json.loads(raw or b"null")
-
-
 def place_feedback(folder: Path, grading: Path, day: str) -> list[Path]:
     """Copy each feedback page of ``day`` where ``nbgrader release_feedback`` reads it.
 
@@ -143,7 +105,7 @@ def place_feedback(folder: Path, grading: Path, day: str) -> list[Path]:
             placed.append([student, why])
         return placed
 
-    result = _as_account(INSTRUCTOR, place)
+    result = run_as(pwd.getpwnam(INSTRUCTOR), place)
     for student, why in result:
         if not why.startswith("/"):
             print(f"feedback not returned to {student}: {why}", file=sys.stderr)

@@ -40,28 +40,52 @@ def students(n: int) -> list[str]:
 # --------------------------------------------------------------------------- accounts
 
 
-def as_user(entry: pwd.struct_passwd, fn, *args) -> bool:
-    """Run ``fn(*args)`` in a forked child that is the account ``entry`` (its uid, its group,
-    no other group): what root must do inside a folder that account can write, where a link
-    it planted would otherwise make root write or chown anything. True when ``fn`` returned."""
+def run_as(entry: pwd.struct_passwd, fn, *args) -> object:
+    """``fn(*args)`` in a forked child that is the account ``entry`` (its uid, its group, no
+    other group, umask 022): what root must do inside a folder that account can write, where
+    a link it planted would otherwise make root write or chown anything. Returns what ``fn``
+    returned (JSON). ``fn`` must not import: the interpreter's own files may be out of the
+    account's reach (pyenv under /root).
+
+    Raises:
+        PipelineError: ``fn`` failed (its error is on stderr).
+    """
     sys.stdout.flush()
     sys.stderr.flush()
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: drop to the account, do the work, never return
         code = 1
         try:
+            os.close(r)
             os.setgroups([])
             os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
             os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)
             os.umask(0o022)
-            fn(*args)
+            os.write(w, json.dumps(fn(*args)).encode())
             code = 0
         except BaseException as exc:  # noqa: BLE001 - reported by the exit status
             print(f"as {entry.pw_name}: {type(exc).__name__}: {exc}", file=sys.stderr,
                   flush=True)
         finally:
             os._exit(code)
-    return os.waitpid(pid, 0)[1] == 0
+    os.close(w)
+    raw = b""
+    while chunk := os.read(r, 65536):
+        raw += chunk
+    os.close(r)
+    if os.waitpid(pid, 0)[1] != 0:
+        raise PipelineError(f"a step run as {entry.pw_name} failed")
+    return json.loads(raw or b"null")
+
+
+def as_user(entry: pwd.struct_passwd, fn, *args) -> bool:
+    """:func:`run_as`, for work that returns nothing: True when ``fn`` returned."""
+    try:
+        run_as(entry, lambda: fn(*args) and None)
+    except PipelineError:
+        return False
+    return True
 
 
 def _own_dir(parent_fd: int, name: str, uid: int, gid: int, mode: int, shown: Path) -> int:

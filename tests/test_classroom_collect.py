@@ -9,6 +9,7 @@ is touched.
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 
 from autograder import classroom_loop
 from autograder.build import PipelineError
-from autograder.classroom_setup import COURSE_ID, prepare
+from autograder.classroom_setup import COURSE_ID, prepare, run_as
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = "day02_queries_keys_values"
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the classroom needs r
 
 def as_user(name: str, work) -> None:
     """Run ``work()`` as the classroom account ``name`` (raises if it fails)."""
-    classroom_loop._as_account(name, lambda: work() or True)
+    run_as(pwd.getpwnam(name), lambda: work() and None)
 
 
 @pytest.fixture(scope="module")
