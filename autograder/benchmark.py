@@ -126,6 +126,33 @@ def selfcheck_times(root: Path, days: list[str]) -> None:
               f"(standby ready {t_ready - t_start:.1f} s before; {total[:40]})", flush=True)
 
 
+def _compare(root: Path, subs: Path, days: list[str], jobs: int, sandbox, results) -> None:
+    """Grade the same submissions with a sandbox per kernel; print every difference in
+    status, score or test outcome (points and message)."""
+    saved = os.environ.get("TFS_FORK_SERVER")
+    os.environ["TFS_FORK_SERVER"] = "0"
+    try:
+        t0 = time.monotonic()
+        again = pipeline.grade(root, subs, days=days, jobs=jobs, sandbox=sandbox, resume=False)
+        took = time.monotonic() - t0
+    finally:
+        if saved is None:
+            os.environ.pop("TFS_FORK_SERVER")
+        else:
+            os.environ["TFS_FORK_SERVER"] = saved
+
+    def outcome(r):
+        return (r.status, r.score, [(t.grade_id, t.points, t.message) for t in r.tests])
+
+    before = {(r.student, r.day): outcome(r) for r in again}
+    diff = [(k, before.get(k), outcome(r)) for r in results
+            if before.get(k := (r.student, r.day)) != outcome(r)]
+    print(f"a sandbox per kernel: {took:.1f} s; identical results (status, score, every "
+          f"test's points and message): {len(results) - len(diff)} of {len(results)}")
+    for k, a, b in diff[:10]:
+        print(f"  differs {k}: per kernel {a} / forked {b}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.benchmark", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,12 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-sandbox", action="store_true")
     ap.add_argument("--skip-plain", action="store_true")
+    ap.add_argument("--no-fork-server", action="store_true",
+                    help="start every kernel in a sandbox of its own (as without root)")
+    ap.add_argument("--compare", action="store_true",
+                    help="grade again with a sandbox per kernel and compare every result")
     ap.add_argument("--selfcheck", action="store_true",
                     help="time the self-check of each day's answer key instead")
     args = ap.parse_args(argv)
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     root = pipeline.find_root()
+    if args.no_fork_server:
+        os.environ["TFS_FORK_SERVER"] = "0"
     if args.selfcheck:
         selfcheck_times(root, pipeline.resolve_days(root, args.days))
         return 0
@@ -170,7 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         results = pipeline.grade(root, subs, days=days, jobs=args.jobs, sandbox=sandbox,
                                  resume=False)
         ours, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
-        sb = "sandbox on" if results and results[0].sandboxed else "sandbox off"
+        from autograder import forkserver
+
+        sb = "sandbox off"
+        if results and results[0].sandboxed:
+            forked = forkserver.wanted({"sandbox": True})
+            sb = "sandbox on, " + ("kernels forked from a server per worker" if forked
+                                   else "a sandbox per kernel")
         statuses = {}
         for r in results:
             statuses[r.status] = statuses.get(r.status, 0) + 1
@@ -179,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         if plain:
             print(f"ratio: {plain / ours:.2f}x plain nbgrader's throughput "
                   f"(goal >= 3x on 2 cores)")
+        if args.compare:
+            _compare(root, subs, days, args.jobs, sandbox, results)
     return 0
 
 

@@ -63,10 +63,12 @@ KERNEL_MAIN = ("import sys\n"
                "launch_new_instance()\n")
 
 
+KERNEL_ARGS = ["--HistoryManager.enabled=False"]
+
+
 def kernel_argv(python: str) -> list[str]:
     """The grading kernel's command (``{connection_file}`` filled in by jupyter_client)."""
-    return [python, "-c", KERNEL_MAIN, "-f", "{connection_file}",
-            "--HistoryManager.enabled=False"]
+    return [python, "-c", KERNEL_MAIN, "-f", "{connection_file}", *KERNEL_ARGS]
 
 
 def write_kernelspec(kernels_dir: Path, name: str, spec_path: Path, python: str) -> None:

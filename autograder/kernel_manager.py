@@ -46,7 +46,18 @@ class GradingKernelManager(AsyncKernelManager):
 
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
-        await super()._async_launch_kernel(kernel_cmd, **kw)
+        from autograder import forkserver
+
+        forked = forkserver.current()
+        if forked is not None and self.transport == "ipc":
+            # Forked by the worker's fork server instead of a launcher of its own.
+            server, spec = forked
+            prov = self.provisioner
+            prov.process = server.spawn(spec, self.connection_file)
+            prov.pid, prov.pgid = prov.process.pid, None
+            self._reconcile_connection_info(prov.connection_info)
+        else:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
         if self.transport != "ipc":
             return
         from autograder.kernel_files import read_capped

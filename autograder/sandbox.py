@@ -132,27 +132,29 @@ def available() -> tuple[bool, str]:
 # --------------------------------------------------------------------------- launcher
 
 
-def _apply_rlimits(limits: dict) -> None:
-    def setl(which, value):
-        if value:
-            try:
-                resource.setrlimit(which, (value, value))
-            except (ValueError, OSError):
-                pass
+def rlimits(limits: dict) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) of every rlimit a kernel gets under ``limits``."""
+    out = []
+    for which, key in ((resource.RLIMIT_AS, "memory"), (resource.RLIMIT_FSIZE, "file_size"),
+                       (resource.RLIMIT_NOFILE, "open_files"),
+                       # Counts the processes and threads of the kernel's (own, unprivileged)
+                       # uid; root is exempt, which is why a root grader drops to a uid of
+                       # its own.
+                       (resource.RLIMIT_NPROC, "processes")):
+        if limits.get(key):
+            out.append((which, limits[key], limits[key]))
+    if limits.get("cpu_seconds"):   # SIGXCPU at the soft limit, SIGKILL 5 s later
+        out.append((resource.RLIMIT_CPU, limits["cpu_seconds"], limits["cpu_seconds"] + 5))
+    out.append((resource.RLIMIT_CORE, 0, 0))
+    return out
 
-    setl(resource.RLIMIT_AS, limits.get("memory"))
-    cpu = limits.get("cpu_seconds")
-    if cpu:
+
+def _apply_rlimits(limits: dict) -> None:
+    for which, soft, hard in rlimits(limits):
         try:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+            resource.setrlimit(which, (soft, hard))
         except (ValueError, OSError):
             pass
-    setl(resource.RLIMIT_FSIZE, limits.get("file_size"))
-    setl(resource.RLIMIT_NOFILE, limits.get("open_files"))
-    # Counts the processes and threads of the kernel's (own, unprivileged) uid inside its
-    # user namespace; root is exempt, which is why a root grader drops to a uid of its own.
-    setl(resource.RLIMIT_NPROC, limits.get("processes"))
-    setl(resource.RLIMIT_CORE, 0)
 
 
 # Top-level folders of the system that the kernel sees (read-only); all others are hidden.
@@ -160,12 +162,14 @@ SYSTEM_TOP_DIRS = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc
                    "proc", "sys", "run", "tmp", "var"}
 
 
-def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False) -> list[str]:
+def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False,
+               caps: tuple[str, ...] = ("CAP_SETUID", "CAP_SETGID")) -> list[str]:
     """The bubblewrap command line (without the kernel command).
 
-    ``as_root``: bwrap runs as root and keeps only CAP_SETUID/CAP_SETGID, for the ``setpriv``
-    that drops the kernel to a uid of its own (:func:`kernel_command`). Otherwise bwrap makes
-    a user namespace and the kernel keeps the grader's (unprivileged) uid.
+    ``as_root``: bwrap runs as root and keeps only ``caps`` (CAP_SETUID/CAP_SETGID, for the
+    ``setpriv`` that drops the kernel to a uid of its own, :func:`kernel_command`; the fork
+    server keeps a few more, :mod:`autograder.forkserver`). Otherwise bwrap makes a user
+    namespace and the kernel keeps the grader's (unprivileged) uid.
     """
     lim = spec.limits
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -218,7 +222,8 @@ def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False) -> list[str]:
     argv += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--unshare-cgroup-try", "--cap-drop", "ALL"]
     if as_root:
-        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        for cap in caps:
+            argv += ["--cap-add", cap]
     else:
         argv += ["--unshare-user", "--disable-userns"]
     argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox",
@@ -247,6 +252,21 @@ def _kernel_connection(host_file: str, private: Path) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump(info, f)
     return target
+
+
+def read_child_pid(fd: int) -> int | None:
+    """The sandbox's first pid, from bwrap's ``--info-fd`` (read to its end, then closed)."""
+    raw = b""
+    while len(raw) < 65536:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        raw += chunk
+    os.close(fd)
+    try:
+        return int(json.loads(raw.decode())["child-pid"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -287,18 +307,10 @@ def _run_sandboxed(spec: Spec, cmd: list[str], private: Path) -> None:
         finally:
             os._exit(71)
     os.close(w)
-    raw = b""
-    while len(raw) < 65536:
-        chunk = os.read(r, 4096)
-        if not chunk:
-            break
-        raw += chunk
-    os.close(r)
-    try:
-        child = int(json.loads(raw.decode())["child-pid"])
+    child = read_child_pid(r)
+    if child is not None:
         _write_json(private / "sandbox.json", {"child-pid": child})
-    except (ValueError, KeyError, UnicodeDecodeError):
-        pass  # bwrap failed before the sandbox started; its error is in kernel.log
+    # else bwrap failed before the sandbox started; its error is in kernel.log
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     code = 128 - code if code < 0 else code

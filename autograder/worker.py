@@ -212,6 +212,14 @@ def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) 
     spec_path.write_text(json.dumps(spec.__dict__))
     kernel_files.write_kernelspec(root / "jupyter" / "kernels", "tfs-graded", spec_path, python)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(private / "runtime")
+    from autograder import forkserver
+
+    if forkserver.wanted(settings) and not extra_env:
+        # One sandbox per worker whose server forks each kernel (PyTorch imported once);
+        # each kernel still gets its own process, uid, cgroup, limits and clean folders.
+        forkserver.prepare(spec, python, root / "forkserver.log")
+    else:
+        forkserver.forget()
     return private
 
 

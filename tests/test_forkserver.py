@@ -1,0 +1,167 @@
+"""Kernels forked one after another from a worker's fork server: does one leave anything the
+next can see, or stop the server for the next?
+
+One worker (``jobs=1``) grades, in order: a submission that leaves files everywhere it may
+write, a daemonised child, a poisoned IPython profile and a kernel config, and tries to signal
+and read the server; a classmate after it; one that leaves a System V shared memory segment
+(the server cannot vouch for a clean sandbox then, and is replaced); and a classmate after
+that. Each kernel prints what it sees; the classmates must see nothing of the others and be
+graded exactly as alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import forkserver, pipeline, sandbox
+from autograder.sandbox import GiB, Limits, MiB
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import submissions as S  # noqa: E402
+
+LIMITS = Limits(memory=3 * GiB, cell_timeout=60, notebook_timeout=150, processes=64,
+                disk=64 * MiB, shm=16 * MiB, output=1 * MiB)
+
+# What every kernel prints: its uid, the server it was forked from (start time of pid 2),
+# and everything of another kernel it can find.
+LOOK = r'''
+import os
+def __look():
+    skip = {".lib", ".data", ".venv"}
+    files = []
+    for top in ("/tmp", "/var/tmp", "/dev/shm"):
+        for d, dirs, names in os.walk(top):
+            if d == "/tmp":
+                dirs[:] = [x for x in dirs if x not in skip]
+            files += [os.path.join(d, n) for n in names if "LEFT" in n or "poison" in n]
+    mine = {os.getpid(), os.getppid()}
+    procs = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) > 2 and int(p) not in mine:
+            try:
+                procs.append(open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ")[:60])
+            except OSError:
+                pass
+    ipc = [ln for k in ("shm", "sem", "msg")
+           for ln in open(f"/proc/sysvipc/{k}").read().splitlines()[1:]]
+    server = open("/proc/2/stat").read().rsplit(")", 1)[1].split()[19]
+    print("SEEN", os.getuid(), server, sorted(files), procs, ipc)
+__look()
+'''
+
+LEAVE = r'''
+import ctypes, os, signal, subprocess, sys, time
+for d in ("/tmp", "/tmp/work", "/tmp/home", "/tmp/.kernel", "/dev/shm", "/tmp/ipython"):
+    try:
+        open(f"{d}/LEFT-by-leaver", "w").write("x")
+    except OSError as exc:
+        print("NOWRITE", d, type(exc).__name__)
+prof = "/tmp/ipython/profile_default"
+open(f"{prof}/ipython_kernel_config.py", "w").write(
+    "c.InteractiveShellApp.exec_lines = ['print(\"POISONED\")']\n")
+open(f"{prof}/startup/00-poison.py", "w").write("print('POISONED')\n")
+# a daemon that outlives the kernel and writes later
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for i in range(300):
+            time.sleep(0.1)
+            try:
+                open(f"/tmp/LEFT-by-daemon-{i}", "w").write("x")
+            except OSError:
+                pass
+    os._exit(0)
+os.waitpid(pid, 0)
+# the server: signal it, read its memory and environment
+for target in (1, 2):
+    for how in ("kill", "environ", "mem"):
+        try:
+            if how == "kill":
+                os.kill(target, signal.SIGKILL)
+            else:
+                open(f"/proc/{target}/{how}", "rb").read(64)
+            print("REACHED", how, target)
+        except OSError as exc:
+            print("BLOCKED", how, target, type(exc).__name__)
+'''
+
+SYSV = r'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print("SHMID", libc.shmget(0x5446, 4096, 0o1000 | 0o666))
+'''
+
+
+def _text(nb_path: Path) -> str:
+    nb = nbformat.read(str(nb_path), as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
+def _seen(batch, student):
+    text = _text(batch["out"] / student / f"{S.DAY}.ipynb")
+    line = next(ln for ln in text.splitlines() if ln.startswith("SEEN "))
+    _, uid, server, rest = line.split(" ", 3)
+    return int(uid), server, rest, text
+
+
+@pytest.fixture(scope="module")
+def batch(root, tmp_path_factory):
+    ok, why = sandbox.available()
+    if not ok:
+        pytest.skip(why)
+    if not forkserver.wanted({"sandbox": True}):
+        pytest.skip("kernels are forked from a server only when the grader is root")
+    tmp = tmp_path_factory.mktemp("forked")
+    subs, out = tmp / "submitted", tmp / "grading" / "results"
+    ref = S.reference(root)
+    S.put(subs, "a-leaver", S.with_cell(S.with_cell(ref, LOOK), LEAVE))
+    S.put(subs, "b-classmate", S.with_cell(ref, LOOK))
+    S.put(subs, "c-sysv", S.with_cell(S.with_cell(ref, LOOK), SYSV))
+    S.put(subs, "d-classmate", S.with_cell(ref, LOOK))
+    results = pipeline.grade(root, subs, days=[S.DAY], jobs=1, results_dir=out, sandbox=True,
+                             limits=LIMITS)
+    return {"by": {r.student: r for r in results}, "out": out,
+            "full": pipeline.max_score(root, S.DAY)}
+
+
+@pytest.mark.slow
+def test_a_kernel_leaves_nothing_for_the_next(batch):
+    """Files in every writable folder, a daemon still writing, a poisoned IPython profile:
+    does the next kernel of the same server see none of it, under a uid of its own?"""
+    uid_a, server_a, _, text_a = _seen(batch, "a-leaver")
+    uid_b, server_b, rest_b, text_b = _seen(batch, "b-classmate")
+    assert "LEFT-by-leaver" in text_a and "NOWRITE" not in text_a  # the attack did run
+    assert server_a == server_b, "the classmate was not forked from the same server"
+    assert uid_a != uid_b and 0 not in (uid_a, uid_b)
+    assert rest_b == "[] [] []", rest_b
+    assert "POISONED" not in text_b
+    for r in (batch["by"]["a-leaver"], batch["by"]["b-classmate"]):
+        assert (r.status, r.score) == ("graded", batch["full"]), r
+
+
+@pytest.mark.slow
+def test_the_server_is_out_of_a_kernels_reach(batch):
+    """Signals to the server and the sandbox's init, its memory and environment: refused?"""
+    _, _, _, text = _seen(batch, "a-leaver")
+    assert "REACHED" not in text and text.count("BLOCKED") == 6, text[-1500:]
+
+
+@pytest.mark.slow
+def test_a_server_it_cannot_clean_is_replaced(batch):
+    """A System V segment outlives its kernel: the next kernel gets a new server (and so a
+    new IPC namespace), and is graded as alone."""
+    _, server_b, _, _ = _seen(batch, "b-classmate")
+    _, server_c, _, text_c = _seen(batch, "c-sysv")
+    _, server_d, rest_d, _ = _seen(batch, "d-classmate")
+    assert "SHMID -1" not in text_c and "SHMID" in text_c
+    assert server_c == server_b and server_d != server_c
+    assert rest_d == "[] [] []", rest_d
+    for s in ("c-sysv", "d-classmate"):
+        r = batch["by"][s]
+        assert (r.status, r.score) == ("graded", batch["full"]), r
