@@ -198,6 +198,7 @@ class ForkedKernel:
         self.server, self.pid, self.pidfd = server, pid, pidfd
         self.groups, self.private = groups, private
         self.returncode: int | None = None
+        self.cpu_seconds: float | None = None
 
     def poll(self) -> int | None:
         if self.returncode is not None:
@@ -212,10 +213,13 @@ class ForkedKernel:
         return self.returncode
 
     def _finish(self, msg: dict) -> None:
-        code = msg.get("exited")
+        code, cpu = msg.get("exited"), msg.get("cpu")
         self.returncode = int(code) if isinstance(code, int) else 1
+        # the kernel's own CPU seconds (not its children's), as the server's wait4 saw them
+        self.cpu_seconds = float(cpu) if isinstance(cpu, (int, float)) else None
         sandbox._write_json(self.private / "exit.json",
-                            {"code": self.returncode, "oom": _cgroup_oom(self.groups)})
+                            {"code": self.returncode, "oom": _cgroup_oom(self.groups),
+                             "cpu": self.cpu_seconds})
         _remove_cgroups(self.groups)
         os.close(self.pidfd)
         self.server.busy = None

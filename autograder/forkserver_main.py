@@ -238,18 +238,19 @@ def main():
             os.close(fd)
         del req
         send(ctrl, {"spawned": pid})
-        status = None
+        status, cpu = None, 0.0
         while status is None:
             try:
-                got, st = os.waitpid(-1, 0)
+                got, st, usage = os.wait4(-1, 0)
             except ChildProcessError:
                 status = 1 << 8
                 break
             if got == pid:
-                status = st
+                status, cpu = st, usage.ru_utime + usage.ru_stime
         code = os.waitstatus_to_exitcode(status)
         ok = clean(keep)
-        send(ctrl, {"exited": 128 - code if code < 0 else code, "clean": ok})
+        send(ctrl, {"exited": 128 - code if code < 0 else code, "clean": ok,
+                    "cpu": round(cpu, 3)})
         if not ok:
             return
 

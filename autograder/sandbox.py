@@ -25,6 +25,9 @@ namespaces, no capabilities.
 
 Without bubblewrap (``--no-sandbox``: a learner's self-check of their own notebook) the same
 launcher applies the rlimits and runs the kernel directly in the private folder.
+
+A root grader forks its kernels from one such sandbox per worker instead of starting one per
+kernel (:mod:`autograder.forkserver`); :func:`bwrap_argv` and :func:`rlimits` serve both.
 """
 
 from __future__ import annotations

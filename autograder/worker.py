@@ -3,8 +3,9 @@
 A worker process sets up a private copy of the grading template once (:func:`_worker_setup`),
 then :func:`grade_one` grades each submission sent to it: checks the file, writes it where
 nbgrader expects it, starts the kernel through the sandbox launcher with a fresh private
-folder, runs nbgrader's autograde with :class:`autograder.execute.GuardedExecute` (which
-judges the hidden tests itself, outside the kernel), and scores the outcome.
+folder (or, as root, forks it from the worker's fork server, :mod:`autograder.forkserver`),
+runs nbgrader's autograde with :class:`autograder.execute.GuardedExecute` (which judges the
+hidden tests itself, outside the kernel), and scores the outcome.
 """
 
 from __future__ import annotations

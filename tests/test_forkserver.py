@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from autograder import forkserver, pipeline, sandbox
+from autograder.mutants import load_catalog
 from autograder.sandbox import GiB, Limits, MiB
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -124,9 +125,12 @@ def batch(root, tmp_path_factory):
     S.put(subs, "b-classmate", S.with_cell(ref, LOOK))
     S.put(subs, "c-sysv", S.with_cell(S.with_cell(ref, LOOK), SYSV))
     S.put(subs, "d-classmate", S.with_cell(ref, LOOK))
+    mutant = next(m for m in load_catalog() if m.day == S.DAY)
+    S.put(subs, "e-mutant", mutant.apply(ref))
+    S.put(subs, "f-blank", S.release(root))
     results = pipeline.grade(root, subs, days=[S.DAY], jobs=1, results_dir=out, sandbox=True,
                              limits=LIMITS)
-    return {"by": {r.student: r for r in results}, "out": out,
+    return {"by": {r.student: r for r in results}, "out": out, "subs": subs,
             "full": pipeline.max_score(root, S.DAY)}
 
 
@@ -165,3 +169,20 @@ def test_a_server_it_cannot_clean_is_replaced(batch):
     for s in ("c-sysv", "d-classmate"):
         r = batch["by"][s]
         assert (r.status, r.score) == ("graded", batch["full"]), r
+
+
+@pytest.mark.slow
+def test_forked_kernels_grade_as_a_sandbox_per_kernel(batch, root, tmp_path, monkeypatch):
+    """A classmate, a mutant and a blank notebook graded again with a sandbox of its own per
+    kernel: the same status, score, and points and message of every test."""
+    monkeypatch.setenv("TFS_FORK_SERVER", "0")
+    names = ["b-classmate", "e-mutant", "f-blank"]
+    again = pipeline.grade(root, batch["subs"], days=[S.DAY], students=names, jobs=1,
+                           results_dir=tmp_path / "results", sandbox=True, limits=LIMITS)
+
+    def outcome(r):
+        return r.status, r.score, [(t.grade_id, t.points, t.message) for t in r.tests]
+
+    assert {r.student: outcome(r) for r in again} == \
+        {s: outcome(batch["by"][s]) for s in names}
+    assert batch["by"]["e-mutant"].score < batch["full"] and batch["by"]["f-blank"].score == 0
