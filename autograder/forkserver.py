@@ -6,9 +6,10 @@ grading, sandboxed: the class-grading case), each worker starts one bubblewrap s
 kernel's, running :mod:`autograder.forkserver_main`, which imports them once and forks one
 kernel at a time:
 
-- each kernel is a new process with a uid of its own (``UID_BASE`` + a counter), its own
-  cgroup (the host moves it there before it runs anything), its rlimits, no capabilities and
-  no new privileges, fresh folders, its own environment and connection file;
+- each kernel is a new process with a uid of its own (``FORKED_UID_BASE`` + its worker's pid
+  and a counter), its own cgroup (the host moves it there before it runs anything), its
+  rlimits, no capabilities and no new privileges, the sandbox's seccomp filter, fresh
+  folders, its own environment and connection file;
 - between two kernels the server kills every process left in the sandbox, removes everything
   a kernel could write and checks that no System V IPC object is left; when it cannot, it
   exits and the next kernel gets a new sandbox;
@@ -35,12 +36,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from autograder import sandbox
+from autograder import sandbox, seccomp
 from autograder.cgroups import _cgroup_oom, _join_cgroup, _remove_cgroups
 from autograder.kernel_files import KERNEL_ARGS, read_capped
 
 MAX_MSG = 1 << 16
-CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE")
+CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE",
+        "CAP_SETPCAP")
 # Variables the server's interpreter reads when it starts; a kernel that needs other values
 # gets a new server. The rest of a kernel's environment is its own (set after the fork).
 START_ENV = ("PATH", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "MALLOC_ARENA_MAX",
@@ -75,15 +77,19 @@ class ForkServer:
         env = {k: v for k, v in spec.env.items() if k in START_ENV}
         box = sandbox.Spec(sandbox=True, limits=spec.limits, private=spec.private, hide=spec.hide,
                            ro_bind=spec.ro_bind, env=env)
-        argv = sandbox.bwrap_argv(box, bw, as_root=True, caps=CAPS)
+        filt = seccomp.program_fd()
+        argv = sandbox.bwrap_argv(box, bw, as_root=True, caps=CAPS, seccomp_fd=filt)
         source = (Path(__file__).with_name("forkserver_main.py")).read_text()
         argv += ["--info-fd", str(info_w), "--", python, "-c", source, str(theirs.fileno())]
         logfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logfd, stderr=logfd,
-                pass_fds=(theirs.fileno(), info_w), env={"PATH": "/usr/bin:/bin"})
+                pass_fds=(theirs.fileno(), info_w, *([filt] if filt is not None else [])),
+                env={"PATH": "/usr/bin:/bin"})
         finally:
+            if filt is not None:
+                os.close(filt)
             os.close(logfd)
             os.close(info_w)
             theirs.close()
@@ -285,9 +291,10 @@ def shutdown() -> None:
 
 
 def _next_uid() -> int:
-    """A uid for the next kernel: this worker's own range of 100 (by its pid), in turn, so that
-    no two kernels in a row share one (nor kernels of two workers, whose pids differ)."""
-    return sandbox.UID_BASE + (os.getpid() % 1000) * 100 + next(_KERNELS) % 100
+    """A uid for the next kernel: this worker's own range of 256 (by its pid, unique among
+    running workers; pids are below 2**22), in turn, so that no two kernels in a row share
+    one, nor two kernels that run at once, nor a kernel of the per-kernel launcher."""
+    return sandbox.FORKED_UID_BASE + os.getpid() * 256 + next(_KERNELS) % 256
 
 
 def _sandbox_key(spec: sandbox.Spec, python: str) -> str:

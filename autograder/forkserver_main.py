@@ -2,14 +2,16 @@
 
 Started by :mod:`autograder.forkserver` as ``python -c <this file's text> <control fd>`` inside
 the same bubblewrap sandbox a kernel gets, as root with only CAP_SETUID, CAP_SETGID, CAP_KILL,
-CAP_CHOWN, CAP_FOWNER and CAP_DAC_OVERRIDE. It imports what every graded notebook imports
+CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE and CAP_SETPCAP, under the sandbox's seccomp filter
+(:mod:`autograder.seccomp`). It imports what every graded notebook imports
 (PyTorch, NumPy, IPython's kernel, matplotlib's drawing code) once, then for each request on
 the control socket:
 
 1. forks; the child tells the host its pid (the host reads it from the socket's credentials),
    waits until the host has put it in the kernel's cgroup, makes the kernel's fresh folders
    in ``/tmp`` (owned by the kernel's uid), applies the rlimits, drops to that fresh uid with
-   no capabilities and no new privileges, takes the kernel's whole environment and runs
+   no capabilities at all (bounding, ambient and inheritable sets too) and no new
+   privileges, takes the kernel's whole environment and runs
    ipykernel in-process (what ``python -m ipykernel_launcher`` would run, without the import);
 2. waits until that kernel has exited (reaping every orphan: it is the child subreaper);
 3. cleans the sandbox for the next kernel: kills every process but itself and the sandbox's
@@ -39,6 +41,7 @@ PREIMPORT = ("torch", "numpy", "ipykernel.kernelapp", "ipykernel.ipkernel",
 WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 MAX_MSG = 1 << 16
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -107,7 +110,10 @@ def wipe(keep):
 
 
 def clean(keep):
-    return kill_everything(time.monotonic() + 10) and wipe(keep)
+    try:
+        return kill_everything(time.monotonic() + 10) and wipe(keep)
+    except Exception:  # noqa: BLE001 - e.g. a tree too deep for rmtree: a new sandbox then
+        return False
 
 
 def make_folders(req):
@@ -136,6 +142,27 @@ def apply_limits(rlimits):
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))   # POSIX queues cannot be listed
 
 
+def drop_capabilities():
+    """Empty the bounding, ambient and inheritable sets (``setpriv --bounding-set=-all
+    --inh-caps=-all``); setresuid then empties the rest."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)     # _LINUX_CAPABILITY_VERSION_3, self
+    data = (ctypes.c_uint32 * 6)()                    # 2 x (effective, permitted, inheritable)
+    if LIBC.capget(header, data) == 0:
+        data[2] = data[5] = 0
+        LIBC.capset(header, data)
+
+
+def no_capabilities():
+    with open("/proc/self/status") as f:
+        sets = [ln.split()[1] for ln in f if ln.startswith("Cap")]
+    return len(sets) == 5 and all(int(v, 16) == 0 for v in sets)
+
+
 def child(req, log_fd, sync_fd):
     """The kernel's process; never returns."""
     code = 70
@@ -157,10 +184,12 @@ def child(req, log_fd, sync_fd):
         os.closerange(3, 1 << 16)
         apply_limits(req["rlimits"])
         uid = req["uid"]
+        drop_capabilities()
         os.setgroups([])
         os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)        # every capability is gone with root
-        if LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or os.getuid() != uid:
+        os.setresuid(uid, uid, uid)        # the permitted and effective sets go with root
+        if LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or os.getuid() != uid \
+                or not no_capabilities():
             os._exit(73)
         LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)   # as after the exec of a kernel's own
         os.umask(0o022)

@@ -41,6 +41,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autograder import seccomp
 from autograder.cgroups import _cgroup_oom, _join_cgroup, _remove_cgroups
 
 GiB = 1024**3
@@ -58,8 +59,10 @@ INNER_DATA = "/tmp/.data"            # each dataset folder bound read-only (a da
 INNER_VENV = "/tmp/.venv"            # a venv that lives inside the instructor's checkout
 STARTUP_NAME = "00-autograder.py"
 # uids given to sandboxed kernels when the grader is root: one per kernel (by the launcher's
-# pid), so that the process limit counts one kernel's processes only.
+# pid, unique among running launchers), so that the process limit counts one kernel's
+# processes only. Kernels forked by a fork server take theirs from FORKED_UID_BASE up.
 UID_BASE = 200_000
+FORKED_UID_BASE = 1_000_000_000
 
 
 @dataclass
@@ -166,13 +169,16 @@ SYSTEM_TOP_DIRS = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc
 
 
 def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False,
-               caps: tuple[str, ...] = ("CAP_SETUID", "CAP_SETGID")) -> list[str]:
+               caps: tuple[str, ...] = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"),
+               seccomp_fd: int | None = None) -> list[str]:
     """The bubblewrap command line (without the kernel command).
 
-    ``as_root``: bwrap runs as root and keeps only ``caps`` (CAP_SETUID/CAP_SETGID, for the
-    ``setpriv`` that drops the kernel to a uid of its own, :func:`kernel_command`; the fork
+    ``as_root``: bwrap runs as root and keeps only ``caps`` (CAP_SETUID/CAP_SETGID/CAP_SETPCAP,
+    for the ``setpriv`` that drops the kernel to a uid of its own and empties its bounding
+    set, :func:`kernel_command`; the fork
     server keeps a few more, :mod:`autograder.forkserver`). Otherwise bwrap makes a user
-    namespace and the kernel keeps the grader's (unprivileged) uid.
+    namespace and the kernel keeps the grader's (unprivileged) uid. ``seccomp_fd``: a
+    descriptor holding :func:`autograder.seccomp.program` (no keyrings, no user namespaces).
     """
     lim = spec.limits
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -229,6 +235,8 @@ def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False,
             argv += ["--cap-add", cap]
     else:
         argv += ["--unshare-user", "--disable-userns"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox",
              "--chdir", INNER_WORK, "--clearenv"]
     for k, v in sorted(spec.env.items()):
@@ -300,9 +308,9 @@ def _run_sandboxed(spec: Spec, cmd: list[str], private: Path) -> None:
             if spec.cgroup_parent:
                 groups = _join_cgroup(spec.cgroup_parent, spec.limits, os.getpid())
                 _write_json(private / "cgroups.json", {"groups": [str(g) for g in groups]})
-            uid = UID_BASE + os.getpid() % 100_000 if as_root else None
-            argv = (bwrap_argv(spec, bw, as_root) + ["--info-fd", str(w), "--"]
-                    + kernel_command(cmd, uid))
+            uid = UID_BASE + os.getpid() if as_root else None
+            argv = (bwrap_argv(spec, bw, as_root, seccomp_fd=seccomp.program_fd())
+                    + ["--info-fd", str(w), "--"] + kernel_command(cmd, uid))
             _apply_rlimits(spec.limits)
             os.execve(bw, argv, {"PATH": "/usr/bin:/bin"})
         except BaseException as exc:  # noqa: BLE001 - said in kernel.log, then exit 71

@@ -128,6 +128,7 @@ def batch(root, tmp_path_factory):
     mutant = next(m for m in load_catalog() if m.day == S.DAY)
     S.put(subs, "e-mutant", mutant.apply(ref))
     S.put(subs, "f-blank", S.release(root))
+    S.put(subs, "g-probe", S.with_cell(ref, S.PROBE))
     results = pipeline.grade(root, subs, days=[S.DAY], jobs=1, results_dir=out, sandbox=True,
                              limits=LIMITS)
     return {"by": {r.student: r for r in results}, "out": out, "subs": subs,
@@ -173,10 +174,11 @@ def test_a_server_it_cannot_clean_is_replaced(batch):
 
 @pytest.mark.slow
 def test_forked_kernels_grade_as_a_sandbox_per_kernel(batch, root, tmp_path, monkeypatch):
-    """A classmate, a mutant and a blank notebook graded again with a sandbox of its own per
-    kernel: the same status, score, and points and message of every test."""
+    """A classmate, a mutant, a blank notebook and a probe graded again with a sandbox of its
+    own per kernel: the same status, score, and points and message of every test; and in
+    both ways no keyring, user namespace or capability for the probe."""
     monkeypatch.setenv("TFS_FORK_SERVER", "0")
-    names = ["b-classmate", "e-mutant", "f-blank"]
+    names = ["b-classmate", "e-mutant", "f-blank", "g-probe"]
     again = pipeline.grade(root, batch["subs"], days=[S.DAY], students=names, jobs=1,
                            results_dir=tmp_path / "results", sandbox=True, limits=LIMITS)
 
@@ -186,3 +188,7 @@ def test_forked_kernels_grade_as_a_sandbox_per_kernel(batch, root, tmp_path, mon
     assert {r.student: outcome(r) for r in again} == \
         {s: outcome(batch["by"][s]) for s in names}
     assert batch["by"]["e-mutant"].score < batch["full"] and batch["by"]["f-blank"].score == 0
+    for results in (batch["out"], tmp_path / "results"):
+        text = _text(results / "g-probe" / f"{S.DAY}.ipynb")
+        probes = [ln for ln in text.splitlines() if ln.startswith("PROBE ")]
+        assert len(probes) == 3 and all(ln.endswith(" BLOCKED") for ln in probes), probes

@@ -345,6 +345,8 @@ for d in (os.path.expanduser("~/.ipython/profile_default/startup"),
         pass
 print("UID", os.getuid())
 """
+# the kernel's uid is the grader's: a key left in its keyring would reach every later kernel
+HOOK += S.PROBE
 
 def main():
     root, tmp = Path({root!r}), Path({tmp!r})
@@ -357,6 +359,8 @@ def main():
                                                      notebook_timeout=150))
     for r in res:
         print("RESULT", r.student, r.status, r.score, r.flags)
+    nb = (tmp / "out" / "attacker" / (S.DAY + ".ipynb")).read_text()
+    print("KEYRING", "PROBE keyring BLOCKED" in nb and "PROBE keyring ESCAPED" not in nb)
 
 if __name__ == "__main__":
     main()
@@ -405,6 +409,7 @@ def test_unprivileged_grader_keeps_kernels_apart(root, shared_tmp):
     env.update(HOME=str(shared_tmp), TFS_GRADING_CACHE=str(shared_tmp / "cache"))
     proc = subprocess.run([*run_as, sys.executable, str(script)], capture_output=True,
                           text=True, timeout=900, env=env, cwd=str(shared_tmp))
+    assert "KEYRING True" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = [ln.split(" ", 4) for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
     assert len(lines) == 4, proc.stdout[-2000:] + proc.stderr[-3000:]
     full = pipeline.max_score(root, S.DAY)
