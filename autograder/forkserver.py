@@ -125,6 +125,8 @@ class ForkServer:
         return self.proc.poll() is None and self.busy is None
 
     def close(self) -> None:
+        if self.busy is not None:     # its kernel dies with the sandbox: let go of it
+            self.busy.abandon()
         try:
             self.ctrl.close()
         except OSError:
@@ -232,6 +234,15 @@ class ForkedKernel:
         if msg.get("clean") is not True:
             self.server.close()
 
+    def abandon(self) -> None:
+        """The server is going away before it said this kernel exited (it was too slow to
+        clean up, or died): let go of the pidfd and the cgroups; no exit status is known."""
+        if self.returncode is None:
+            self.returncode = 128 + signal.SIGKILL
+            os.close(self.pidfd)
+            _remove_cgroups(self.groups)
+        self.server.busy = None
+
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
@@ -293,8 +304,17 @@ def shutdown() -> None:
 def _next_uid() -> int:
     """A uid for the next kernel: this worker's own range of 256 (by its pid, unique among
     running workers; pids are below 2**22), in turn, so that no two kernels in a row share
-    one, nor two kernels that run at once, nor a kernel of the per-kernel launcher."""
-    return sandbox.FORKED_UID_BASE + os.getpid() * 256 + next(_KERNELS) % 256
+    one, nor two kernels that run at once, nor a kernel of the per-kernel launcher; never
+    one the machine's user database knows (an LDAP or SSSD user)."""
+    import pwd
+
+    for _ in range(256):
+        uid = sandbox.FORKED_UID_BASE + os.getpid() * 256 + next(_KERNELS) % 256
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise ForkServerError("every uid of this worker's range belongs to a user")
 
 
 def _sandbox_key(spec: sandbox.Spec, python: str) -> str:

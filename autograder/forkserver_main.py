@@ -16,9 +16,13 @@ the control socket:
 2. waits until that kernel has exited (reaping every orphan: it is the child subreaper);
 3. cleans the sandbox for the next kernel: kills every process but itself and the sandbox's
    init, waits until none is left, removes everything the kernel could write (``/tmp`` but the
-   read-only binds, ``/var/tmp``, ``/dev/shm``) and checks that no System V IPC object is left;
-   then says ``exited`` with the status, and whether the sandbox is clean. If it is not, it
-   exits and the host starts a new sandbox.
+   read-only binds, ``/var/tmp``, ``/dev/shm``) and checks that no System V IPC object, and
+   nothing in the shared network namespace (sockets, TIME_WAIT entries, flow labels) is left;
+   then says ``exited`` with the status, and whether the sandbox is clean. If it is not (or if
+   the kernel left more than ``MAX_FILES`` files), it exits and the host starts a new sandbox.
+
+Kernels forked from one server share its memory layout and hash seed (fork semantics): the
+server must never hash or parse anything a kernel chose. It reads nothing a kernel wrote.
 
 Nothing here is imported by the host: the sandbox shows no file of the grading library. It
 imports only the standard library before the preimports, and sends only bounded JSON.
@@ -40,6 +44,7 @@ PREIMPORT = ("torch", "numpy", "ipykernel.kernelapp", "ipykernel.ipkernel",
              "matplotlib.backends.backend_agg")
 WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 MAX_MSG = 1 << 16
+MAX_FILES = 50_000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -83,8 +88,35 @@ def kill_everything(deadline):
         time.sleep(0.005)
 
 
+def network_used():
+    """Whether any socket, TIME_WAIT entry or flow label is left in the sandbox's network
+    namespace, which every kernel of this server shares (a kernel's ports, or a kernel that
+    holds every port for a minute, would reach the next one)."""
+    for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "udplite", "udplite6",
+                 "ip6_flowlabel"):
+        try:
+            with open(f"/proc/net/{name}") as f:
+                if len(f.read(1 << 16).splitlines()) > 1:
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def too_many_files():
+    """Over MAX_FILES files (links count) in a writable folder: a new sandbox is cheaper than
+    removing them, and removing them would cost the server's own time and memory."""
+    for top in ("/tmp", "/dev/shm"):
+        st = os.statvfs(top)
+        if st.f_files - st.f_ffree > MAX_FILES:
+            return True
+    return False
+
+
 def wipe(keep):
     """Remove all a kernel could have written; True when nothing of it is left."""
+    if too_many_files() or network_used():
+        return False
     for top in WRITABLE:
         for name in os.listdir(top):
             if top == "/tmp" and name in keep:

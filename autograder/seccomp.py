@@ -12,6 +12,7 @@ uid or namespaces:
   has every capability over its own namespaces, which exposes much of the host kernel's
   namespaced code (mounts, netfilter) to student code. An unprivileged grader's bwrap also
   says ``--disable-userns``; a root grader's could not.
+- **io_uring** (ENOSYS): a large attack surface of the host kernel no notebook needs.
 
 The program is classic BPF, as ``bwrap --seccomp FD`` takes it (``struct sock_filter``:
 u16 code, u8 jt, u8 jf, u32 k), for x86_64 and aarch64. System calls of another ABI (i386
@@ -35,6 +36,8 @@ ARCHES = {
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219,
                              "unshare": 97, "clone": 220, "clone3": 435}),
 }
+# io_uring_setup/enter/register (the same numbers on every architecture since 5.1)
+IO_URING = (425, 426, 427)
 CLONE_NEWUSER = 0x10000000
 X32_SYSCALL_BIT = 0x40000000
 
@@ -60,6 +63,7 @@ def program(machine: str | None = None) -> bytes | None:
         (_JEQ, "eperm", None, nr["request_key"]),
         (_JEQ, "eperm", None, nr["keyctl"]),
         (_JEQ, "enosys", None, nr["clone3"]),
+        *[(_JEQ, "enosys", None, n) for n in IO_URING],
         (_JEQ, "flags", None, nr["unshare"]),
         (_JEQ, "flags", None, nr["clone"]),
         (_RET, None, None, _ALLOW),

@@ -5,8 +5,9 @@ One worker (``jobs=1``) grades, in order: a submission that leaves files everywh
 write, a daemonised child, a poisoned IPython profile and a kernel config, and tries to signal
 and read the server; a classmate after it; one that leaves a System V shared memory segment
 (the server cannot vouch for a clean sandbox then, and is replaced); and a classmate after
-that. Each kernel prints what it sees; the classmates must see nothing of the others and be
-graded exactly as alone.
+that; then ports in TIME_WAIT and 60,000 files, each followed by a classmate. Each kernel
+prints what it sees; the classmates must see nothing of the others and be graded exactly as
+alone.
 """
 
 from __future__ import annotations
@@ -49,8 +50,12 @@ def __look():
                 pass
     ipc = [ln for k in ("shm", "sem", "msg")
            for ln in open(f"/proc/sysvipc/{k}").read().splitlines()[1:]]
+    own = {os.readlink(f"/proc/self/fd/{fd}")[8:-1] for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}")}      # "socket:[inode]" -> inode
+    net = sum(ln.split()[9] not in own for k in ("tcp", "tcp6", "udp", "udp6")
+              for ln in open(f"/proc/net/{k}").read().splitlines()[1:])
     server = open("/proc/2/stat").read().rsplit(")", 1)[1].split()[19]
-    print("SEEN", os.getuid(), server, sorted(files), procs, ipc)
+    print("SEEN", os.getuid(), server, sorted(files), procs, ipc, net)
 __look()
 '''
 
@@ -92,6 +97,31 @@ for target in (1, 2):
             print("BLOCKED", how, target, type(exc).__name__)
 '''
 
+# Loopback connections closed by this side: their ports stay in TIME_WAIT for a minute.
+NET = r'''
+import socket
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(8)
+for _ in range(5):
+    c = socket.create_connection(srv.getsockname())
+    a, _ = srv.accept()
+    c.close()
+    a.close()
+srv.close()
+print("NET", sum(len(open(f"/proc/net/{k}").read().splitlines()[1:]) for k in ("tcp", "tcp6")))
+'''
+
+# More files (here empty, in a few folders) than the server removes: a new sandbox instead.
+FILES = r'''
+import os
+for d in range(6):
+    os.makedirs(f"/tmp/many/{d}")
+    for i in range(10_000):
+        open(f"/tmp/many/{d}/{i}", "w").close()
+print("FILES", sum(len(os.listdir(f"/tmp/many/{d}")) for d in range(6)))
+'''
+
 SYSV = r'''
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
@@ -129,6 +159,10 @@ def batch(root, tmp_path_factory):
     S.put(subs, "e-mutant", mutant.apply(ref))
     S.put(subs, "f-blank", S.release(root))
     S.put(subs, "g-probe", S.with_cell(ref, S.PROBE))
+    S.put(subs, "h-net", S.with_cell(S.with_cell(ref, LOOK), NET))
+    S.put(subs, "i-classmate", S.with_cell(ref, LOOK))
+    S.put(subs, "j-files", S.with_cell(S.with_cell(ref, LOOK), FILES))
+    S.put(subs, "k-classmate", S.with_cell(ref, LOOK))
     results = pipeline.grade(root, subs, days=[S.DAY], jobs=1, results_dir=out, sandbox=True,
                              limits=LIMITS)
     return {"by": {r.student: r for r in results}, "out": out, "subs": subs,
@@ -144,7 +178,7 @@ def test_a_kernel_leaves_nothing_for_the_next(batch):
     assert "LEFT-by-leaver" in text_a and "NOWRITE" not in text_a  # the attack did run
     assert server_a == server_b, "the classmate was not forked from the same server"
     assert uid_a != uid_b and 0 not in (uid_a, uid_b)
-    assert rest_b == "[] [] []", rest_b
+    assert rest_b == "[] [] [] 0", rest_b
     assert "POISONED" not in text_b
     for r in (batch["by"]["a-leaver"], batch["by"]["b-classmate"]):
         assert (r.status, r.score) == ("graded", batch["full"]), r
@@ -166,8 +200,23 @@ def test_a_server_it_cannot_clean_is_replaced(batch):
     _, server_d, rest_d, _ = _seen(batch, "d-classmate")
     assert "SHMID -1" not in text_c and "SHMID" in text_c
     assert server_c == server_b and server_d != server_c
-    assert rest_d == "[] [] []", rest_d
+    assert rest_d == "[] [] [] 0", rest_d
     for s in ("c-sysv", "d-classmate"):
+        r = batch["by"][s]
+        assert (r.status, r.score) == ("graded", batch["full"]), r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attacker,word,after", [("h-net", "NET", "i-classmate"),
+                                                 ("j-files", "FILES", "k-classmate")])
+def test_what_the_server_cannot_clean_gets_a_new_sandbox(batch, attacker, word, after):
+    """Ports left in TIME_WAIT in the network namespace the server's kernels share; 60,000
+    files: the next kernel gets a new server and sees none of it."""
+    _, server_a, _, text_a = _seen(batch, attacker)
+    _, server_n, rest_n, _ = _seen(batch, after)
+    assert int(next(ln for ln in text_a.splitlines() if ln.startswith(word)).split()[1]) > 0
+    assert server_n != server_a and rest_n == "[] [] [] 0", rest_n
+    for s in (attacker, after):
         r = batch["by"][s]
         assert (r.status, r.score) == ("graded", batch["full"]), r
 
