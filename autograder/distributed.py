@@ -83,6 +83,8 @@ def _child(base: str) -> None:
     from autograder.records import Result
 
     job = json.loads(sys.stdin.read())
+    # One notebook per process: a fork server (autograder.forkserver) would only add its start.
+    os.environ["TFS_FORK_SERVER"] = "0"
     real_stdout = os.dup(1)
     os.dup2(2, 1)  # nbgrader chatter must not mix with the answer
     course_root = Path(worker.__file__).resolve().parent.parent
