@@ -11,8 +11,9 @@ kernel at a time:
   rlimits, no capabilities and no new privileges, the sandbox's seccomp filter, fresh
   folders, its own environment and connection file;
 - between two kernels the server kills every process left in the sandbox, removes everything
-  a kernel could write and checks that no System V IPC object is left; when it cannot, it
-  exits and the next kernel gets a new sandbox;
+  a kernel could write and checks that no System V IPC object or socket is left; when it
+  cannot (or a kernel left too many files to remove), it exits and the next kernel gets a
+  new sandbox;
 - the host never trusts the server's sandbox for anything but the kernel's sockets (reached
   through ``/proc/<pid>/root`` as before): the kernel's pid comes from the kernel's socket
   credentials, its log goes to a host file through a descriptor, its exit status and the
@@ -67,16 +68,14 @@ class ForkServer:
 
     def __init__(self, spec: sandbox.Spec, python: str, log: Path):
         self.key = _sandbox_key(spec, python)
-        self.python = python
         self.busy: ForkedKernel | None = None
         bw = sandbox.bwrap_path()
         if bw is None:
             raise ForkServerError("bubblewrap vanished; refusing to run kernels unsandboxed")
         self.ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe()
-        env = {k: v for k, v in spec.env.items() if k in START_ENV}
         box = sandbox.Spec(sandbox=True, limits=spec.limits, private=spec.private, hide=spec.hide,
-                           ro_bind=spec.ro_bind, env=env)
+                           ro_bind=spec.ro_bind, env=_start_env(spec))
         filt = seccomp.program_fd()
         argv = sandbox.bwrap_argv(box, bw, as_root=True, caps=CAPS, seccomp_fd=filt)
         source = (Path(__file__).with_name("forkserver_main.py")).read_text()
@@ -105,7 +104,6 @@ class ForkServer:
             raise ForkServerError(f"the fork server did not start: {exc}; its log: "
                                   + read_capped(log, 2000, tail=True).decode("utf-8", "replace")
                                   ) from None
-        self.failed_imports = ready.get("failed", [])
 
     # ------------------------------------------------------------------ messages
     def _recv(self, timeout: float | None) -> dict:
@@ -293,14 +291,6 @@ def forget() -> None:
     _NEXT = None
 
 
-def shutdown() -> None:
-    global _SERVER
-    forget()
-    if _SERVER is not None:
-        _SERVER.close()
-        _SERVER = None
-
-
 def _next_uid() -> int:
     """A uid for the next kernel: this worker's own range of 256 (by its pid, unique among
     running workers; pids are below 2**22), in turn, so that no two kernels in a row share
@@ -317,10 +307,15 @@ def _next_uid() -> int:
     raise ForkServerError("every uid of this worker's range belongs to a user")
 
 
+def _start_env(spec: sandbox.Spec) -> dict:
+    """The part of a kernel's environment its server's interpreter starts with."""
+    return {k: v for k, v in spec.env.items() if k in START_ENV}
+
+
 def _sandbox_key(spec: sandbox.Spec, python: str) -> str:
-    env = {k: v for k, v in spec.env.items() if k in START_ENV}
-    return json.dumps([python, spec.hide, spec.ro_bind, env, spec.limits.get("disk"),
-                       spec.limits.get("shm")], sort_keys=True)
+    """What a server's sandbox is made of: a kernel whose key differs needs another server."""
+    return json.dumps([python, spec.hide, spec.ro_bind, _start_env(spec),
+                       spec.limits.get("disk"), spec.limits.get("shm")], sort_keys=True)
 
 
 def _peer_pid(sock: socket.socket, timeout: float) -> int:

@@ -280,7 +280,9 @@ def main():
     if not clean(keep):
         send(ctrl, {"error": "the sandbox could not be made clean"})
         return
-    send(ctrl, {"ready": os.getpid(), "failed": failed})
+    if failed:   # the kernels import these themselves (or fail as they would unforked)
+        print("fork server: not preimported:", ", ".join(failed), file=sys.stderr, flush=True)
+    send(ctrl, {"ready": os.getpid()})
     while True:
         msg, fds, _, _ = socket.recv_fds(ctrl, MAX_MSG, 2)
         if not msg:

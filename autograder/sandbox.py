@@ -173,12 +173,12 @@ def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False,
                seccomp_fd: int | None = None) -> list[str]:
     """The bubblewrap command line (without the kernel command).
 
-    ``as_root``: bwrap runs as root and keeps only ``caps`` (CAP_SETUID/CAP_SETGID/CAP_SETPCAP,
-    for the ``setpriv`` that drops the kernel to a uid of its own and empties its bounding
-    set, :func:`kernel_command`; the fork
-    server keeps a few more, :mod:`autograder.forkserver`). Otherwise bwrap makes a user
-    namespace and the kernel keeps the grader's (unprivileged) uid. ``seccomp_fd``: a
-    descriptor holding :func:`autograder.seccomp.program` (no keyrings, no user namespaces).
+    ``as_root``: bwrap runs as root and keeps only ``caps``: CAP_SETUID/CAP_SETGID/CAP_SETPCAP
+    for the ``setpriv`` that drops the kernel to a uid of its own and empties its bounding set
+    (:func:`kernel_command`); the fork server keeps a few more (:mod:`autograder.forkserver`).
+    Otherwise bwrap makes a user namespace and the kernel keeps the grader's (unprivileged)
+    uid. ``seccomp_fd``: a descriptor holding :func:`autograder.seccomp.program` (no
+    keyrings, no user namespaces, no io_uring).
     """
     lim = spec.limits
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
