@@ -8,12 +8,17 @@ a verified local copy, looking in this order:
 2. a local mirror, when the environment variable ``COURSE_DATA_DIR`` names one (same layout as
    the registry's ``mirror_path``, for example ``<mirror>/mnist/t10k-images-idx3-ubyte.gz``);
    mirrors may recompress files, so only the decompressed content is checked;
-3. the network: pooch downloads each URL in turn with a progress bar.
+3. the copy shipped with the course (:data:`SHIPPED_DIR`, ``course/datasets/``, same layout:
+   the MNIST test files and Tiny Shakespeare, with their attribution, licences and checksums in
+   its ``README.md``), so that the main path of every day works with no network;
+4. the network: pooch downloads each URL in turn with a progress bar (``offline=True``: never).
 
 A copy whose content does not match the checksum (a truncated or corrupted download, a broken
-mirror file) is rejected with :class:`DatasetError` and never left in the cache. Offline and
-not cached, :class:`DatasetUnavailable` names the dataset, the URL, the cache folder and the
-environment variable to point at a copy. Nothing touches the network at import time.
+mirror file) is rejected with :class:`DatasetError` and never left in the cache; a damaged
+shipped copy is passed over for the network, and named in the error when that fails too.
+Offline and not cached, :class:`DatasetUnavailable` names the dataset, the URL, the cache
+folder and the environment variable to point at a copy. Nothing touches the network at import
+time.
 
 Loaders built on :func:`fetch`:
 
@@ -47,6 +52,8 @@ __all__ = [
     "CACHE_ENV",
     "MIRROR_ENV",
     "REGISTRY",
+    "SHIPPED",
+    "SHIPPED_DIR",
     "CIFAR10_CLASSES",
     "CIFAR10Split",
     "DataFile",
@@ -64,6 +71,8 @@ __all__ = [
 
 MIRROR_ENV = "COURSE_DATA_DIR"
 CACHE_ENV = "COURSE_CACHE_DIR"
+#: The datasets shipped inside the course package (laid out like a mirror).
+SHIPPED_DIR = Path(__file__).parent / "datasets"
 #: Seed of the MNIST-10k split (fixed: every learner gets the same 8,000 / 2,000 digits).
 MNIST_SPLIT_SEED = 0
 MNIST_HELDOUT = 2_000
@@ -131,6 +140,11 @@ REGISTRY: dict[str, DataFile] = {
         "md5:c58f30108f718f92721af3b95e74349a",
         False, 170_498_071),
 }
+
+
+#: The registry files shipped with the course (:data:`SHIPPED_DIR`): what the main path of the
+#: 14 days needs. The others (the MNIST training set, CIFAR-10) are optional and downloaded.
+SHIPPED = ("mnist-test-images", "mnist-test-labels", "tinyshakespeare")
 
 
 class DatasetError(RuntimeError):
@@ -214,7 +228,8 @@ def _download(entry: DataFile, url: str, target: Path, progressbar: bool) -> Pat
         raw.unlink(missing_ok=True)
 
 
-def fetch(name: str, *, base_url: str | None = None, progressbar: bool = True) -> Path:
+def fetch(name: str, *, base_url: str | None = None, progressbar: bool = True,
+          offline: bool = False) -> Path:
     """Path of a verified local copy of registry file ``name`` (see :data:`REGISTRY`).
 
     Args:
@@ -222,6 +237,8 @@ def fetch(name: str, *, base_url: str | None = None, progressbar: bool = True) -
         base_url: download from ``base_url + mirror_path`` instead of the canonical URLs
             (a private mirror or a test server).
         progressbar: show pooch's tqdm progress bar while downloading.
+        offline: never download: only the cache, the mirror and the shipped copy count (what a
+            grading sandbox, which has no network, can see).
 
     Returns:
         The path of the verified (decompressed) file inside :func:`cache_dir`.
@@ -229,7 +246,8 @@ def fetch(name: str, *, base_url: str | None = None, progressbar: bool = True) -
     Raises:
         KeyError: unknown name.
         DatasetError: the mirror copy or every download was corrupted or truncated.
-        DatasetUnavailable: not cached, not mirrored, and no URL could be reached.
+        DatasetUnavailable: not cached, not mirrored, not shipped (or the shipped copy is
+            damaged), and no URL could be reached (or ``offline``).
     """
     if name not in REGISTRY:
         raise KeyError(f"unknown dataset file {name!r}; known: {', '.join(REGISTRY)}")
@@ -251,20 +269,34 @@ def fetch(name: str, *, base_url: str | None = None, progressbar: bool = True) -
             if path.is_file():
                 return _install(path, entry, target, compressed, f"the mirror {path}")
 
-    urls = ((base_url.rstrip("/") + "/" + entry.mirror_path,) if base_url else entry.urls)
     errors: list[str] = []
-    for url in urls:
+    shipped = SHIPPED_DIR / entry.mirror_path
+    if shipped.is_file():
+        try:
+            return _install(shipped, entry, target, entry.gzip,
+                            f"the copy shipped with the course ({shipped})")
+        except DatasetError as err:  # damaged: say so, and try the network
+            errors.append(f"{err} Restore the shipped copy (`git checkout -- course/datasets` "
+                          "in a checkout of the course, or reinstall the course)")
+
+    urls = ((base_url.rstrip("/") + "/" + entry.mirror_path,) if base_url else entry.urls)
+    downloads: list[str] = []
+    for url in () if offline else urls:
         try:
             return _download(entry, url, target, progressbar)
         except DatasetError as err:
-            errors.append(str(err))
+            downloads.append(str(err))
         except Exception as err:  # requests' connection/HTTP errors, timeouts, truncation
-            errors.append(f"{url}: {type(err).__name__}: {err}")
-    corrupted = any("corrupted" in e or "checksum" in e for e in errors)
+            downloads.append(f"{url}: {type(err).__name__}: {err}")
+    corrupted = any("corrupted" in e or "checksum" in e for e in downloads)
     kind = DatasetError if corrupted else DatasetUnavailable
+    errors += downloads
+    tried = ([str(shipped)] if shipped.is_file() else []) + ([] if offline else list(urls))
+    if offline:
+        errors.append("not downloaded (offline)")
     raise kind(
         f"could not get the {entry.dataset!r} dataset file {entry.filename!r}.\n"
-        f"  tried: {', '.join(urls)}\n"
+        f"  tried: {', '.join(tried) or 'nothing (offline, and no copy ships with the course)'}\n"
         f"  cache folder: {target.parent} (set {CACHE_ENV} to use another)\n"
         f"  errors: {'; '.join(errors)}\n"
         f"If this machine is offline, download {urls[0]} elsewhere and either put it at "

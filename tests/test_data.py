@@ -27,14 +27,16 @@ needs_mirror = pytest.mark.skipif(
     not (MIRROR / "mnist" / "t10k-labels-idx1-ubyte.gz").is_file(),
     reason=f"no data mirror at {MIRROR} (set {data.MIRROR_ENV})")
 OFFICIAL_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+SHIPPED_DIR = data.SHIPPED_DIR  # the copy shipped with the course (tests may hide it)
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """An empty cache folder and no mirror, unless a test sets one."""
+    """An empty cache folder, no mirror and no shipped copy, unless a test sets one."""
     folder = tmp_path / "cache"
     monkeypatch.setenv(data.CACHE_ENV, str(folder))
     monkeypatch.delenv(data.MIRROR_ENV, raising=False)
+    monkeypatch.setattr(data, "SHIPPED_DIR", tmp_path / "no-shipped-copy")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
     return folder
@@ -239,6 +241,82 @@ def test_does_a_missing_file_on_the_server_count_as_unavailable(cache, server):
     base, _ = server
     with pytest.raises(data.DatasetUnavailable, match="404"):
         data.fetch("mnist-test-images", base_url=base, progressbar=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The copy shipped with the course (course/datasets/)
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails, as on a machine without network."""
+    def refuse(*args, **kwargs):
+        raise OSError("network unreachable (refused by the test)")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def test_do_the_shipped_files_match_the_registry_and_say_where_they_come_from():
+    """Is each shipped file the registry's content (checksum of the decompressed bytes), and
+    does the README beside them give its checksum, source, attribution and licence?"""
+    readme = (SHIPPED_DIR / "README.md").read_text(encoding="utf-8")
+    for name in data.SHIPPED:
+        entry = data.REGISTRY[name]
+        path = SHIPPED_DIR / entry.mirror_path
+        raw = gzip.decompress(path.read_bytes()) if entry.gzip else path.read_bytes()
+        algorithm, _, digest = entry.checksum.partition(":")
+        assert hashlib.new(algorithm, raw).hexdigest() == digest, name
+        assert len(raw) == entry.size and digest in readme and entry.mirror_path in readme
+    for needle in ("LeCun", "Cortes", "Burges", "CC BY-SA 3.0", "public domain",
+                   "karpathy/char-rnn"):
+        assert needle in readme
+    assert {p.relative_to(SHIPPED_DIR).as_posix() for p in SHIPPED_DIR.rglob("*")
+            if p.is_file()} == {"README.md"} | {data.REGISTRY[n].mirror_path
+                                                for n in data.SHIPPED}
+
+
+def test_do_both_datasets_load_offline_from_the_shipped_copy(cache, no_network, monkeypatch):
+    """No network, an empty cache, no COURSE_DATA_DIR: do MNIST-10k and Tiny Shakespeare load
+    from the copy shipped with the course, verified, and is CIFAR-10 still said unavailable?"""
+    monkeypatch.setattr(data, "SHIPPED_DIR", SHIPPED_DIR)
+    split = data.load_mnist()
+    assert split.name == "MNIST-10k" and split.train_images.shape == (8_000, 28, 28)
+    counts = torch.bincount(split.train_labels, minlength=10) + torch.bincount(
+        split.heldout_labels, minlength=10)
+    assert counts.tolist() == OFFICIAL_TEST_COUNTS
+    text = data.load_tinyshakespeare()
+    assert len(text) == 1_115_394 and len(set(text)) == 65
+    assert data.fetch("mnist-test-labels", offline=True) == (
+        cache / "mnist" / "t10k-labels-idx1-ubyte")
+    with pytest.raises(data.DatasetUnavailable, match="cifar10"):
+        data.fetch("cifar10", progressbar=False)
+
+
+@pytest.mark.parametrize("damage, words", [(_flip_one_label, "does not match its checksum"),
+                                           (_cut_in_half, "corrupted or truncated")],
+                         ids=["wrong content", "truncated gzip"])
+@pytest.mark.parametrize("offline", [False, True], ids=["network down", "offline"])
+def test_is_a_damaged_shipped_copy_rejected_clearly(cache, tmp_path, monkeypatch, damage, words,
+                                                   offline):
+    """Is a damaged shipped file refused (DatasetUnavailable when nothing else has a copy),
+    named with the fix, and never left in the cache?"""
+    shipped = tmp_path / "shipped"
+    shutil.copytree(SHIPPED_DIR, shipped)
+    labels = shipped / "mnist" / "t10k-labels-idx1-ubyte.gz"
+    labels.write_bytes(damage(labels.read_bytes()))
+    monkeypatch.setattr(data, "SHIPPED_DIR", shipped)
+    base = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    with pytest.raises(data.DatasetUnavailable) as info:
+        data.fetch("mnist-test-labels", base_url=base, progressbar=False, offline=offline)
+    message = str(info.value)
+    for needle in (str(labels), words, "git checkout -- course/datasets", data.MIRROR_ENV):
+        assert needle in message
+    tried = next(line for line in message.splitlines() if "tried:" in line)
+    assert str(labels) in tried and (f"{base}/mnist/" in tried) is not offline
+    assert _leftovers(cache) == []
+    # the other shipped files still load
+    assert data.fetch("mnist-test-images", offline=True).is_file()
 
 
 # ---------------------------------------------------------------------------------------------
