@@ -33,6 +33,9 @@ from traitlets import Integer
 from autograder.kernel_manager import GradingKernelManager
 
 EVENTS: dict = {}
+# The submission's seed (``pipeline.judge_seed``: the grader's secret and the submission),
+# set by the worker before each notebook; None draws a fresh one per test.
+JUDGE_SEED: list[bytes | None] = [None]
 PRESTARTED: list = []   # kernel managers whose kernel is running and has run nothing yet
 # The first words of the notice the kernel's start-up script (kernel_startup.STARTUP) prints when it
 # starts dropping output at the source.
@@ -69,6 +72,9 @@ class GuardedExecute(Execute):
         self._judge_client = None
         self._judge_pool = None
         self._judge_error = ""
+        from autograder.remote import Budget
+
+        self._judge_budget = Budget()   # what the kernel may send the judge, whole notebook
         self._hidden_sources = [c.source for c in nb.cells if _is_test_cell(c)]
         prestarted = km is None and bool(PRESTARTED)
         if prestarted:
@@ -210,7 +216,8 @@ class GuardedExecute(Execute):
         if self._judge_client is None:  # the connection made at kernel start failed
             return judge.Verdict(False, "the kernel did not answer the judge: "
                                  f"{self._judge_error or 'no connection'}", call.names)
-        return judge.run(call, Conn(self._judge_transport(deadline)))
+        return judge.run(call, Conn(self._judge_transport(deadline), self._judge_budget),
+                         seed=JUDGE_SEED[0])
 
     def _make_judge_client(self):
         import zmq

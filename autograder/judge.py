@@ -15,16 +15,24 @@ learner's code on those inputs (:mod:`course.agent`), and compares here. The hid
 itself is never sent to the kernel.
 
 A :class:`Verdict` says whether the check passed, its message, the learner names it judged
-and its *kind*: ``value`` when it judged at least one tensor the learner's code returned
-against values computed here, ``observed`` when it only took the kernel's word (structure
-the kernel reports, the device audit). :func:`gate` awards an observed check only when the
-value checks of the same names passed. A check that forbade a built-in is backed by
-:func:`static_review` of the submitted source.
+and its *kind*, which the check declares where it is written (``autograder.checks.value_check``
+or ``observed_check``): ``value`` when it compares the learner's results with values computed
+here, ``observed`` when it takes the kernel's word (structure the kernel reports, the device
+audit, a probe's record). :func:`gate` awards an observed check only when the value checks of
+the same names passed. A check that forbade a built-in is backed by :func:`static_review` of
+the submitted source.
+
+Every seed a check uses is derived from ``key`` (:func:`check_key`: the grader's secret, the
+submission and the test), so the judge's inputs differ from submission to submission and
+nobody can know them in advance; a tensor the kernel sends is marked as the kernel's word
+(``course.checking.KernelTensor``) and can never be an expected value.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import hmac
 import importlib
 import re
 from dataclasses import asdict, dataclass, field
@@ -63,6 +71,7 @@ class Verdict:
     kind: str = "value"               # "value" or "observed"
     forbidden: list[str] = field(default_factory=list)
     stopped: str = ""                 # the kernel timed out ("timeout") or died ("died")
+    internal: str = ""                # the grader's own failure (never the learner's)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -142,8 +151,22 @@ def warm_up(hidden_sources: list[str]) -> None:
     torch.optim.SGD([param], lr=0.1).step()
 
 
-def run(call: HiddenCall, conn) -> Verdict:
-    """Run one check against the kernel behind ``conn`` (an ``autograder.remote.Conn``)."""
+def check_key(seed: bytes, call: HiddenCall) -> bytes:
+    """The key of one hidden test: the submission's ``seed`` (``pipeline.judge_seed``) and
+    the check called, so that two tests of one notebook draw different inputs."""
+    label = f"{call.module}.{call.function}:{call.args!r}:{sorted(call.kwargs.items())!r}"
+    return hmac.new(seed, label.encode(), hashlib.sha256).digest()
+
+
+def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
+    """Run one check against the kernel behind ``conn`` (an ``autograder.remote.Conn``).
+
+    ``seed``: the submission's seed (bytes the kernel never sees); every random input of the
+    check is derived from it. None draws a fresh one (nothing is the same for everyone).
+    """
+    import secrets
+
+    from autograder import checks as library
     from autograder.remote import JudgeError
 
     def value(spec: tuple[str, Any]) -> Any:
@@ -157,11 +180,10 @@ def run(call: HiddenCall, conn) -> Verdict:
         return obj
 
     checking.VALUE_CHECKS[0] = 0
-    checking.OBSERVED[0] = False
+    checking.BUGS[:] = []
     checking.ACTIVE_FORBID[:] = []
-    conn.tensors_received = 0
     used_forbid: list[str] = []
-    stopped = ""
+    stopped = internal = ""
     real_forbid = checking.forbid
 
     def forbid_and_note(*paths: str):
@@ -171,16 +193,27 @@ def run(call: HiddenCall, conn) -> Verdict:
     module = importlib.import_module(call.module)
     check = getattr(module, call.function, None)
     if check is None:
-        return Verdict(False, f"{call.module} has no check {call.function}", call.names)
+        return Verdict(False, f"{call.module} has no check {call.function}", call.names,
+                       internal="unknown check")
+    kind = getattr(check, "kind", None)
+    if kind not in ("value", "observed"):
+        return Verdict(False, f"{call.module}.{call.function} declares no kind (value_check "
+                       "or observed_check)", call.names, internal="undeclared kind")
+    key = check_key(seed if seed is not None else secrets.token_bytes(32), call)
     saved = getattr(module, "forbid", None)
     if saved is real_forbid:
         module.forbid = forbid_and_note
     checking.KERNEL_MAKE = conn.make
+    rng_state = torch.get_rng_state()
     try:
-        with checking.quiet():
+        with checking.quiet(), library.seeded(key):
+            library.manual_seed("judge")   # modules the judge builds: no fixed init either
             check(*[value(a) for a in call.args],
                   **{k: value(v) for k, v in call.kwargs.items()})
         passed, message = True, ""
+    except checking.GraderBug as exc:
+        passed, message = False, f"internal error of the grader (not your code): {exc}"
+        internal = "grader bug"
     except checking.CheckFailure as exc:
         passed, message = False, str(exc)
     except JudgeError as exc:
@@ -192,22 +225,26 @@ def run(call: HiddenCall, conn) -> Verdict:
         passed, message = False, f"{type(exc).__name__}: {exc}"
     finally:
         checking.KERNEL_MAKE = None
+        torch.set_rng_state(rng_state)
         if saved is real_forbid:
             module.forbid = real_forbid
-    # A value check compared the learner's results (tensors that came back) with values
-    # computed here; a check that saw no tensor, or only read what the kernel says happened
-    # (the device audit, a probe's record), observed.
-    compared = checking.VALUE_CHECKS[0] > 0 or (conn.tensors_received > 0
-                                                 and not checking.OBSERVED[0])
-    kind = "value" if compared else "observed"
-    return Verdict(passed, message, call.names, kind, used_forbid, stopped)
+    if checking.BUGS:
+        passed, internal = False, "grader bug"
+        message = f"internal error of the grader (not your code): {checking.BUGS[0]}"
+    elif passed and kind == "value" and checking.VALUE_CHECKS[0] == 0:
+        # A value check that compared nothing would pay on the kernel's word alone.
+        passed, internal = False, "grader bug"
+        message = (f"internal error of the grader (not your code): {call.function} is a value "
+                   "check but compared no value")
+    return Verdict(passed, message, call.names, kind, used_forbid, stopped, internal)
 
 
 def gate(verdicts: dict[str, Verdict]) -> dict[str, str]:
     """Observed checks that must not be paid: {grade_id: why}.
 
-    An observed check is paid only when every value check judging one of its names passed;
-    with no value check on its names there is nothing to lean on and it is paid as observed.
+    An observed check is paid only when every value check judging one of its names passed
+    (a value check that failed or raised before any value came back has failed); with no
+    value check on its names there is nothing to lean on and it is paid as observed.
     """
     unpaid = {}
     for gid, v in verdicts.items():

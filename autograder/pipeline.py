@@ -11,6 +11,7 @@ which grades one submission at a time (:mod:`autograder.worker`: the sandboxed k
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -92,8 +93,7 @@ def template_cache(root: Path, days: list[str]) -> Path:
     from the dataset cache; the sandbox shows neither), keyed by the course fingerprint of
     each day.
     """
-    base = Path(os.environ.get("TFS_GRADING_CACHE") or
-                Path.home() / ".cache" / "transformers-from-scratch-grading")
+    base = grading_base()
     key = hashlib.sha256(json.dumps(
         [course_fingerprint(root, d) for d in sorted(days)]).encode()).hexdigest()[:20]
     target = base / key
@@ -109,6 +109,52 @@ def template_cache(root: Path, days: list[str]) -> Path:
         pass  # another run made it first
     shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def grading_base() -> Path:
+    """The grading cache folder (``$TFS_GRADING_CACHE``, default
+    ``~/.cache/transformers-from-scratch-grading``): templates and the grader's secret."""
+    return Path(os.environ.get("TFS_GRADING_CACHE") or
+                Path.home() / ".cache" / "transformers-from-scratch-grading")
+
+
+def grading_secret() -> bytes:
+    """The grader's secret (32 random bytes), made on first use and kept, owner-only, in the
+    grading cache (``secret``). Every hidden check's inputs are derived from it and the
+    submission (:func:`judge_seed`); it never enters a kernel's sandbox (the cache is hidden
+    from it). Delete the file to draw new inputs for every later grading."""
+    base = grading_base()
+    path = base / "secret"
+    try:
+        data = path.read_bytes()
+        if len(data) == 32:
+            return data
+    except FileNotFoundError:
+        pass
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o700)
+    tmp = base / f".secret-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
+    try:
+        os.link(tmp, path)          # the first run to make one wins; the others read it
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    data = path.read_bytes()
+    if len(data) != 32:
+        raise PipelineError(f"{path} is not a grading secret (32 bytes): delete it")
+    return data
+
+
+def judge_seed(secret: bytes, student: str, day: str, key: str) -> str:
+    """The seed of one submission's hidden checks (hex): the grader's ``secret`` with the
+    student, the day and the submission's ``key`` (the hash of its notebook and the course's
+    grading material). Graded again, the same submission draws the same inputs."""
+    msg = "\0".join((student, day, key)).encode()
+    return hmac.new(secret, msg, hashlib.sha256).hexdigest()
 
 
 def _settings(sandboxed: bool, limits, tamper: bool) -> dict:
@@ -137,6 +183,7 @@ def grade(
     progress=None,
     collect_problems: list[str] | None = None,
     runner=None,
+    secret: bytes | None = None,
 ) -> list[Result]:
     """Autograde every (student, day) under ``submissions``; never abort on one bad notebook.
 
@@ -153,6 +200,8 @@ def grade(
     of a zip that could not be filed under one student unambiguously (left ungraded).
     ``runner(template, jobs)``: yields each job's result instead of local workers
     (:class:`autograder.standby.Standby` grades in a kernel it started ahead of time).
+    ``secret``: the key every hidden check's inputs are derived from, with each submission
+    (default: :func:`grading_secret`, the grader's own, kept; ``selfcheck`` draws one per run).
     """
     days = resolve_days(root, days)
     if work is None:
@@ -174,6 +223,8 @@ def grade(
     fingerprints = {d: course_fingerprint(root, d, settings) for d in days}
     settings["hide"] = sorted(set(hide))
     totals = {d: max_score(root, d) for d in days}
+    if secret is None:
+        secret = grading_secret()
 
     if progress is not None and hasattr(progress, "set_total"):
         progress.set_total(len(work))
@@ -194,7 +245,8 @@ def grade(
                         progress(prev)
                     continue
         todo.append({"student": student, "day": day, "path": str(path) if path else None,
-                     "key": key, "total": totals[day], "settings": settings})
+                     "key": key, "total": totals[day], "settings": settings,
+                     "seed": judge_seed(secret, student, day, key)})
 
     def record(data: dict) -> Result:
         notebook = data.pop("_notebook", None)

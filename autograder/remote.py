@@ -49,17 +49,43 @@ class JudgeError(Exception):
         self.stopped = stopped
 
 
-class Conn:
-    """One grading conversation with one kernel."""
+# What the kernel may send the judge: per request (course.wire.MAX_REPLY), per hidden test and
+# per notebook, in characters of answer text. A legitimate check reads a few MB (Day 13's
+# TinyGPT state is 13 MB); past a bound the test fails with a JudgeError that says so.
+MAX_TEST_BYTES = 256 * 1024 * 1024
+MAX_NOTEBOOK_BYTES = 1024 * 1024 * 1024
 
-    def __init__(self, transport: Callable[[str], str]):
+
+class Budget:
+    """Characters of answers one notebook's kernel has sent the judge (shared by its tests)."""
+
+    def __init__(self, limit: int = MAX_NOTEBOOK_BYTES):
+        self.limit, self.used = limit, 0
+
+
+def _mark(t: torch.Tensor) -> torch.Tensor:
+    """A tensor the kernel sent, marked as the kernel's word (:class:`KernelTensor`)."""
+    if type(t) is checking.KernelTensor:
+        return t
+    marked = t.detach().as_subclass(checking.KernelTensor)
+    return marked.requires_grad_(True) if t.requires_grad else marked
+
+
+class Conn:
+    """One grading conversation with one kernel: one hidden test (its proxies, values and
+    received bytes are released with it)."""
+
+    def __init__(self, transport: Callable[[str], str], budget: Budget | None = None,
+                 test_limit: int = MAX_TEST_BYTES):
         self.transport = transport
+        self.budget = budget if budget is not None else Budget()
+        self.test_limit = test_limit
+        self.received = 0  # characters of answers in this test
         self._classes: dict[tuple[str, ...], type] = {}
         self._proxies: dict[int, Proxy] = {}
         self._attrs: dict[tuple, Any] = {}
         self.epoch = 0  # bumped by every request that may change the kernel's state
         self.requests = 0
-        self.tensors_received = 0  # learner results that came back as tensors
 
     # -- requests -------------------------------------------------------------------
     def request(self, req: dict) -> Any:
@@ -74,6 +100,13 @@ class Conn:
         req = {**req, "grad": torch.is_grad_enabled()}
         self.requests += 1
         text = self.transport(base64.b64encode(json.dumps(req).encode()).decode("ascii"))
+        self.received += len(text)
+        self.budget.used += len(text)
+        if self.received > self.test_limit or self.budget.used > self.budget.limit:
+            over = ("this test" if self.received > self.test_limit else "this notebook")
+            limit = self.test_limit if over == "this test" else self.budget.limit
+            raise JudgeError(f"the kernel sent the judge more than {limit // 2**20} MiB in "
+                             f"{over}: the judge reads no more of it")
         try:
             raw = base64.b64decode(text.encode("ascii"), validate=True).decode("utf-8")
             value = wire.decode(wire.loads(raw))
@@ -97,11 +130,13 @@ class Conn:
             proxy = self._proxies.get(value.id)
             if proxy is None:
                 proxy = self._proxies[value.id] = Proxy(self, value)
+            if value.value is not None:
+                value.value = _mark(value.value)
             object.__setattr__(proxy, "_ref", value)  # the latest values it came with
             object.__setattr__(proxy, "_epoch", self.epoch)
             return proxy
         if isinstance(value, torch.Tensor):
-            self.tensors_received += 1
+            return _mark(value)
         return value
 
     def encode(self, value: Any) -> Any:
@@ -242,7 +277,6 @@ class Proxy:
         if self._ref.kind != "tensor":
             return self
         if self._ref.value is not None and self._epoch == self._conn.epoch:
-            self._conn.tensors_received += 1
             return self._ref.value
         value = self._conn.request({"op": "value", "ref": self._ref.id})
         if not isinstance(value, torch.Tensor):
@@ -251,8 +285,8 @@ class Proxy:
 
     def _remote_audit(self, inputs: tuple, name: str) -> Any:
         """:func:`course.device.check_runs_on_any_device`, run in the kernel: an observation
-        of the kernel's process, which the judge can only take on trust (see the gate)."""
-        checking.OBSERVED[0] = True
+        of the kernel's process, which the judge can only take on trust (a check that makes
+        one is declared ``observed``; see the gate)."""
         return self._conn.request({"op": "audit", "ref": self._ref.id,
                                    "inputs": self._conn.encode(tuple(inputs)), "name": name})
 

@@ -33,11 +33,12 @@ NOT_RECORDED = ("environment-error", "error")
 
 def _grade_options() -> dict:
     """Keyword options of pipeline.grade for a learner grading their own notebook: no
-    sandbox (it is their own code, on their own machine), no cached results."""
+    sandbox (it is their own code, on their own machine), no cached results, and a fresh
+    secret per run: the hidden checks' inputs differ every time, so no run tells the next."""
     import inspect
 
     params = inspect.signature(pipeline.grade).parameters
-    wanted = {"sandbox": False, "resume": False}
+    wanted = {"sandbox": False, "resume": False, "secret": os.urandom(32)}
     return {k: v for k, v in wanted.items() if k in params}
 
 

@@ -144,6 +144,7 @@ def grade_one(job: dict, prepared: tuple | None = None) -> dict:
         prepared = kernel_setup(day, settings)
     private, config = prepared
     execute.reset_events()
+    execute.JUDGE_SEED[0] = bytes.fromhex(job["seed"]) if job.get("seed") else None
     try:
         return _autograde(config, root, student, day, private, out_dir, source_nb, static,
                           dup_flags, settings, sandboxed, done, _own_code(submitted, release))

@@ -35,6 +35,61 @@ class CheckFailure(AssertionError):
     """A check failed; the message says what was expected and the likely mistake."""
 
 
+class GraderBug(Exception):
+    """A hidden check broke a rule of the judge (an expected value computed from the kernel's
+    word): the grader's fault, never the learner's. The judge reports it as such."""
+
+
+class KernelTensor(torch.Tensor):
+    """A tensor whose values the learner's kernel sent: the kernel's word, not a fact.
+
+    The judge (``autograder.remote``) marks every tensor that comes back from the kernel as
+    one, and PyTorch's subclass propagation keeps the mark on every result computed from it
+    (``F.linear(x, module.W_Q.weight)`` is a KernelTensor when the weight came from the
+    kernel). :func:`assert_close` refuses one as an *expected* value (:class:`GraderBug`), so
+    a check that builds what it expects from what the kernel reports fails on the answer key
+    in ``verify`` instead of paying a forged module. Copying one into the judge's own tensor
+    in place (``ref.weight.copy_(module.W_O.weight)``, ``load_state_dict``, ``t[i] = ...``),
+    which would wash the mark off, raises :class:`GraderBug` too.
+    """
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if (name.endswith("_") and not name.endswith("__")) or name in (
+                "__setitem__", "__ior__", "__iand__", "__iadd__", "__isub__", "__imul__",
+                "__itruediv__"):
+            target = args[0] if args else None
+            if isinstance(target, torch.Tensor) and not isinstance(target, KernelTensor) \
+                    and any(isinstance(a, KernelTensor) for a in (*args[1:],
+                                                                  *kwargs.values())):
+                raise _bug(f"{name} would copy values the learner's kernel reported "
+                           "into one of the judge's own tensors")
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+# Every GraderBug raised while the running check ran, kept even if a check (or PyTorch, as
+# load_state_dict does) catches it: the judge then reports the grader's error.
+BUGS: list[str] = []
+
+
+def _bug(message: str) -> GraderBug:
+    BUGS.append(message)
+    return GraderBug(message)
+
+
+def from_kernel(value: Any) -> bool:
+    """True when ``value`` is (computed from) a tensor the learner's kernel sent."""
+    return isinstance(value, KernelTensor)
+
+
+def trusted(value: torch.Tensor) -> torch.Tensor:
+    """``value`` as a plain tensor, for a check that must use the kernel's numbers on
+    purpose (an invariant of the learner's own outputs, a diagnosis): never an expected value."""
+    return value.as_subclass(torch.Tensor) if isinstance(value, KernelTensor) else value
+
+
 # Hooks for the grading judge (autograder.remote), which runs the hidden checks outside the
 # learner's kernel: how to fetch a tensor that still lives in the kernel (identity here), the
 # functions forbidden by the innermost ``forbid`` (sent along with each call into the kernel),
@@ -47,8 +102,9 @@ VALUE_CHECKS: list[int] = [0]
 # Set by the judge while it runs a check: makes ``factory(*args, **kwargs)`` in the kernel
 # and returns a proxy of the result (see ``in_kernel``); None when checks run in one process.
 KERNEL_MAKE: Callable[..., Any] | None = None
-# Whether the running check took the kernel's word (the device audit, a probe's record).
-OBSERVED: list[bool] = [False]
+# How the judge derives a seed it sends the kernel (``generator``) from a check's seed
+# (``autograder.checks.seeded``); the identity when checks run in one process.
+SEED_MAP: Callable[[int], int] = lambda seed: seed  # noqa: E731
 
 
 def note_value_checked() -> None:
@@ -75,7 +131,7 @@ def generator(seed: int) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded with ``seed``, where the learner's code runs."""
     from course.probes import seeded_generator
 
-    return in_kernel(seeded_generator, seed)
+    return in_kernel(seeded_generator, SEED_MAP(seed))
 
 
 def twin(module: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
@@ -105,18 +161,15 @@ def twin(module: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
 
 def observe(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` where the learner's code runs, for a fact only that process can tell
-    (the hooks still registered on a model): in grading, the kernel's word (see ``record``)."""
-    if KERNEL_MAKE is not None:
-        OBSERVED[0] = True
+    (the hooks still registered on a model): in grading, the kernel's word (a check that
+    reads one is declared ``observed``)."""
     return in_kernel(fn, *args)
 
 
 def record(probe: Any, name: str) -> Any:
     """A probe's record (``probe.modes``, ``probe.inputs``): what the learner's process says
-    happened. In grading it is the kernel's word, so the check that reads it is an
-    observation unless it also compares values (see ``autograder.judge.gate``)."""
-    if KERNEL_MAKE is not None:
-        OBSERVED[0] = True
+    happened. In grading it is the kernel's word: a check whose verdict rests on it is
+    declared ``observed`` (see ``autograder.judge.gate``)."""
     return getattr(probe, name)
 
 
@@ -219,7 +272,7 @@ def expect_tensor(
     pretends (a subclass whose ``__eq__`` or ``allclose`` always says yes) is rejected.
     """
     value = LOCAL_VALUE(value)
-    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+    if type(value) not in (torch.Tensor, torch.nn.Parameter, KernelTensor):
         raise CheckFailure(
             f"{name} should be a torch.Tensor, got {type(value).__module__}."
             f"{type(value).__qualname__}."
@@ -254,10 +307,16 @@ def assert_close(
 ) -> None:
     """Compare values with stated tolerances; report the worst element, the first step of
     the computation that differs (``step``, see ``autograder.checks.first_difference``),
-    how the values differ (``localise``) and a hint."""
+    how the values differ (``localise``) and a hint.
+
+    Raises:
+        GraderBug: ``expected`` was computed from values the learner's kernel sent.
+        CheckFailure: the values differ (or ``actual`` is no tensor of that shape).
+    """
+    refuse_kernel_expected(expected, name)
     actual = expect_tensor(actual, name, shape=tuple(expected.shape))
-    a = actual.detach().to(torch.float64)
-    e = expected.detach().to(torch.float64)
+    a = trusted(actual).detach().to(torch.float64)
+    e = trusted(expected).detach().to(torch.float64)
     if torch.allclose(a, e, rtol=rtol, atol=atol):
         note_value_checked()
         return
@@ -275,6 +334,14 @@ def assert_close(
     )
 
 
+def refuse_kernel_expected(expected: Any, name: str) -> None:
+    """Raise :class:`GraderBug` when ``expected`` comes from the kernel's word."""
+    if from_kernel(expected):
+        raise _bug(f"the expected value of {name} was computed from values the "
+                   "learner's kernel reported; a check must build it from what the "
+                   "judge chose and kept")
+
+
 def localise(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5,
              atol: float = 1e-6) -> str:
     """Where and how ``actual`` differs from ``expected``, for mistakes no catalogue lists.
@@ -285,8 +352,8 @@ def localise(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5,
     confined to some indices of one dimension (a position, a head, a batch element).
     Returns '' when none fits.
     """
-    a = actual.detach().to(torch.float64)
-    e = expected.detach().to(torch.float64)
+    a = trusted(actual).detach().to(torch.float64)
+    e = trusted(expected).detach().to(torch.float64)
     if a.shape != e.shape or a.numel() < 2 or not bool(torch.isfinite(a).all()):
         return ""
 
@@ -344,12 +411,13 @@ def localise(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5,
 def matches(actual: Any, expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     """True when ``actual`` is a real tensor equal to ``expected`` (used to name mistakes)."""
     actual = LOCAL_VALUE(actual)
-    if type(actual) not in (torch.Tensor, torch.nn.Parameter):
+    if type(actual) not in (torch.Tensor, torch.nn.Parameter, KernelTensor):
         return False
     if tuple(actual.shape) != tuple(expected.shape):
         return False
     return bool(
-        torch.allclose(actual.detach().double(), expected.detach().double(), rtol=rtol, atol=atol)
+        torch.allclose(trusted(actual).detach().double(), trusted(expected).detach().double(),
+                       rtol=rtol, atol=atol)
     )
 
 

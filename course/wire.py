@@ -211,6 +211,8 @@ def decode(data: Any, depth: int = 0) -> Any:
                                                   for c in cls[:50])
                     and isinstance(kind, str)):
                 raise WireError("malformed reference")
+            if "v" in data and kind != "tensor":
+                raise WireError("a value came with a reference that is not a tensor's")
             value = decode(data["v"], depth + 1) if "v" in data else None
             if value is not None and not isinstance(value, torch.Tensor):
                 raise WireError("malformed reference value")

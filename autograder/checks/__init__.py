@@ -1,10 +1,22 @@
 """The grading library that hidden tests call.
 
-Expected values come from PyTorch built-ins (``F.scaled_dot_product_attention``, ``nn.RNN``,
-``nn.MultiheadAttention``...) with weights copied from the learner's module, from invariants,
-or from weights injected into it; never from a solutions module. Each check stops at the first
-failure (type -> shape -> dtype/device -> finite -> values) and names the likely mistake by
-comparing a wrong answer with the classic mistakes computed the same way.
+Expected values come only from what the judge chose and kept: its inputs, the weights it
+injects into the learner's module (:func:`inject`, and keeps its own copy of), PyTorch
+built-ins (``F.scaled_dot_product_attention``, ``nn.RNN``, ``nn.MultiheadAttention``...) run
+on those, and its own data; never from anything the kernel reports (every tensor the kernel
+sends is a :class:`course.checking.KernelTensor`, and :func:`compare` refuses one as the
+expected value), never from a solutions module. Each check stops at the first failure (type ->
+shape -> dtype/device -> finite -> values) and names the likely mistake by comparing a wrong
+answer with the classic mistakes computed the same way.
+
+Every random input comes from :func:`rng` or :func:`manual_seed`, whose seeds the judge
+derives from a secret of the grader's and the submission (:func:`seeded`): nobody knows a
+check's inputs in advance, and the same submission graded twice gets the same inputs.
+
+Every check declares its kind where it is written: :func:`value_check` (it compares the
+learner's results with values computed here) or :func:`observed_check` (it takes the
+kernel's word: structure, counts, the device audit, probe records, training history), which
+the judge pays only when the value checks of the same names passed.
 
 Every check returns ``None`` so that nbgrader never reads a test cell's output as partial
 credit.
@@ -14,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import hmac
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,18 +35,23 @@ from typing import Any
 
 import torch
 
+from course import checking
 from course.checking import (
     CheckFailure,
+    GraderBug,
     assert_close,
     call,
     expect_module,
     expect_tensor,
+    from_kernel,
     matches,
     note_value_checked,
+    trusted,
 )
 
 __all__ = [
     "CheckFailure",
+    "GraderBug",
     "Step",
     "assert_close",
     "call",
@@ -40,8 +59,18 @@ __all__ = [
     "diagnose",
     "expect_module",
     "expect_tensor",
+    "expect_unchanged",
     "first_difference",
+    "from_kernel",
+    "inject",
+    "manual_seed",
+    "observed_check",
+    "permutation",
+    "randomize",
+    "seeded",
+    "trusted",
     "upstream",
+    "value_check",
     "rng",
     "trusted_mnist",
     "trusted_tinyshakespeare",
@@ -69,9 +98,119 @@ def trusted_tinyshakespeare() -> str:
     return load_tinyshakespeare()
 
 
+def value_check(fn: Callable) -> Callable:
+    """Declare ``fn`` a value check: it compares the learner's results with values the judge
+    computed from what it chose and kept."""
+    fn.kind = "value"
+    return fn
+
+
+def observed_check(fn: Callable) -> Callable:
+    """Declare ``fn`` an observation: it takes the kernel's word (structure, counts, the
+    device audit, a probe's record, hooks, a training history). Paid only when every value
+    check judging one of the same names passed (``autograder.judge.gate``)."""
+    fn.kind = "observed"
+    return fn
+
+
+# The key every seed of the running check is derived from: set by the judge for each
+# hidden test (:func:`seeded`); b"" when checks run in one process without a judge.
+_KEY: list[bytes] = [b""]
+
+
+@contextlib.contextmanager
+def seeded(key: bytes) -> Iterator[None]:
+    """Derive every seed of the checks run inside from ``key`` (the judge's, per submission
+    and test), in the judge and in what it asks the kernel to make
+    (``course.checking.generator``)."""
+    saved_key, saved_map = _KEY[0], checking.SEED_MAP
+    _KEY[0] = key
+    checking.SEED_MAP = derive
+    try:
+        yield
+    finally:
+        _KEY[0], checking.SEED_MAP = saved_key, saved_map
+
+
+def derive(seed: int | str) -> int:
+    """The seed a check's ``seed`` stands for under the running key (63 bits)."""
+    digest = hmac.new(_KEY[0], f"seed:{seed}".encode(), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
 def rng(seed: int) -> torch.Generator:
-    """A CPU generator with a fixed seed: hidden tests never depend on global RNG state."""
-    return torch.Generator().manual_seed(seed)
+    """A CPU generator for one of a check's random inputs: its seed is derived from ``seed``
+    and the judge's key (:func:`seeded`), so no one knows the inputs in advance; the same
+    key gives the same inputs. Hidden tests never depend on global RNG state."""
+    return torch.Generator().manual_seed(derive(seed))
+
+
+def manual_seed(seed: int) -> None:
+    """Seed this process's global RNG (modules the judge builds, its own init) like
+    :func:`rng`."""
+    torch.manual_seed(derive(seed))
+
+
+def permutation(n: int, seed: int) -> torch.Tensor:
+    """A random order of ``range(n)`` (int64), drawn like :func:`rng`."""
+    return torch.randperm(n, generator=rng(seed))
+
+
+def inject(module: Any, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Load the judge's ``weights`` ({state_dict name: tensor}) into the learner's module and
+    return the judge's own copy, from which every expected value is computed.
+
+    Raises:
+        CheckFailure: the module has no parameter or buffer of one of those names or shapes.
+    """
+    kept = {name: trusted(w).detach().clone() for name, w in weights.items()}
+    state = module.state_dict()
+    for name, w in kept.items():
+        if name not in state:
+            raise CheckFailure(f"the module has no parameter or buffer {name!r} (its names: "
+                               f"{', '.join(list(state)[:12])})")
+        if tuple(state[name].shape) != tuple(w.shape):
+            raise CheckFailure(f"{name} has shape {tuple(state[name].shape)}, expected "
+                               f"{tuple(w.shape)}")
+    with torch.no_grad():
+        module.load_state_dict(kept, strict=False)
+    return kept
+
+
+def randomize(module: Any, seed: int, dtype: torch.dtype = torch.float64,
+              skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """Inject fresh random weights of the judge's into every parameter of the learner's module
+    (names and shapes as the module lists them; values drawn like :func:`rng`) and return the
+    judge's copy. Matrices get ``randn / sqrt(fan_in)``, vectors named ``...weight`` (norm
+    gains) ``1 + 0.2 randn``, other vectors (biases) ``0.2 randn``: non-default everywhere, so
+    a forgotten gain or bias shows. Parameters whose name starts with one of ``skip`` keep
+    their values (and stay out of the copy)."""
+    g = rng(seed)
+    weights = {}
+    for name, p in module.named_parameters():
+        if name.startswith(skip) if skip else False:
+            continue
+        shape = tuple(p.shape)
+        if len(shape) >= 2:
+            w = torch.randn(shape, generator=g, dtype=dtype) / max(1, shape[-1]) ** 0.5
+        elif name.endswith("weight"):
+            w = 1 + 0.2 * torch.randn(shape, generator=g, dtype=dtype)
+        else:
+            w = 0.2 * torch.randn(shape, generator=g, dtype=dtype)
+        weights[name] = w
+    return inject(module, weights)
+
+
+def expect_unchanged(module: Any, kept: dict[str, torch.Tensor], when: str = "forward") -> None:
+    """Fail when the module's weights are no longer what the judge injected (:func:`inject`):
+    "forward changed the module's parameters (W_Q.weight)". Read back only to say so: the
+    expected values never come from what is read here."""
+    state = module.state_dict()
+    changed = [name for name, w in kept.items()
+               if name not in state or not matches(state[name], w, rtol=0, atol=0)]
+    if changed:
+        raise CheckFailure(f"{when} changed the module's parameters ({', '.join(changed[:4])}): "
+                           "a forward pass must use the weights it holds, not change them")
 
 
 def diagnose(actual: object, candidates: dict[str, torch.Tensor], rtol: float = 1e-4,
@@ -152,6 +291,7 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, name: str,
     in order) and ``where`` (where the mistake is when they all match) name the first step
     of the computation that differs (see ``first_difference``).
     """
+    checking.refuse_kernel_expected(expected, name)
     actual = expect_tensor(actual, name, shape=tuple(expected.shape))
     if matches(actual, expected, rtol=rtol, atol=atol):
         note_value_checked()

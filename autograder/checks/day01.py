@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.checks import CheckFailure, call, compare, expect_tensor, rng
+from autograder.checks import CheckFailure, call, compare, expect_tensor, rng, value_check
 
 
 def _inputs(batch=3, seq_len=5, d_in=4, d_h=6, seed=10, w_scale=0.5):
@@ -49,6 +49,7 @@ def _run(rnn_forward, *args):
     return out
 
 
+@value_check
 def check_rnn_forward(rnn_forward) -> None:
     """Equal to nn.RNN with copied weights; d_in != d_h != seq_len; h0 not zero."""
     x, h0, W_xh, W_hh, b_h = _inputs()
@@ -70,6 +71,7 @@ def check_rnn_forward(rnn_forward) -> None:
             "last step: outputs[:, -1]")
 
 
+@value_check
 def check_rnn_single_step(rnn_forward) -> None:
     """seq_len = 1 and batch = 1: the shapes the visible check never shows."""
     x, h0, W_xh, W_hh, b_h = _inputs(batch=1, seq_len=1, d_in=2, d_h=3, seed=11)
@@ -86,6 +88,7 @@ def _expected_grad_norms(x, h0, W_xh, W_hh, b_h, wrt_all=False):
     return x.grad.pow(2).sum(dim=(0, 2)).sqrt()   # (seq_len,): norm over batch and features
 
 
+@value_check
 def check_gradient_norms(gradient_norms_through_time) -> None:
     """Norms of d(h_last.sum())/d x_t for every t, compared with autograd through nn.RNN."""
     x, h0, W_xh, W_hh, b_h = _inputs(batch=2, seq_len=9, d_in=3, d_h=5, seed=12, w_scale=0.4)

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, Step, call, compare, expect_tensor, rng
+from autograder.checks import CheckFailure, Step, call, compare, expect_tensor, rng, value_check
 from course.checking import forbid
 
 SOFTMAX_NAMES = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
@@ -19,6 +19,7 @@ def _softmax(fn, x, dim):
         return call(fn, x, dim=dim, name=f"softmax(x, dim={dim})")
 
 
+@value_check
 def check_softmax_values(softmax) -> None:
     """Equal to torch.softmax along any dimension of a non-square 3-D tensor."""
     x = torch.randn(3, 5, 7, generator=rng(0), dtype=torch.float64)
@@ -40,6 +41,7 @@ def check_softmax_values(softmax) -> None:
     compare(sums, torch.ones(3, 5, dtype=torch.float64), "softmax rows' sums")
 
 
+@value_check
 def check_softmax_stable(softmax) -> None:
     """No NaN or inf for inputs of +-1000; -inf inputs get exactly zero weight."""
     big = torch.tensor([[1000.0, 1000.0, 999.0], [-1000.0, 0.0, 1000.0]])
@@ -97,6 +99,7 @@ def _sdpa(fn, *args):
     return out
 
 
+@value_check
 def check_attention_values(scaled_dot_product_attention) -> None:
     """Equal to F.scaled_dot_product_attention with seq_q != seq_k != d_k != d_v, 4-D inputs."""
     g = rng(1)
@@ -123,6 +126,7 @@ def check_attention_values(scaled_dot_product_attention) -> None:
             rtol=1e-6, atol=1e-9, steps=_weights_first(w, expected_w), where=AFTER_SOFTMAX)
 
 
+@value_check
 def check_attention_mask(scaled_dot_product_attention) -> None:
     """Boolean masks (True = may attend) of shapes (seq_q, seq_k) and (B, 1, 1, seq_k)."""
     g = rng(2)

@@ -7,7 +7,19 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, Step, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import (
+    CheckFailure,
+    Step,
+    call,
+    compare,
+    expect_module,
+    expect_tensor,
+    expect_unchanged,
+    inject,
+    observed_check,
+    rng,
+    value_check,
+)
 from course.device import check_runs_on_any_device
 
 
@@ -23,6 +35,7 @@ def _linear_attrs(module, d_model):
                                f"bias={layer.bias is not None}")
 
 
+@observed_check
 def check_parameters(SelfAttention) -> None:
     """Three nn.Linear(d_model, d_model) with bias: 49,536 parameters at d_model = 128."""
     for d_model, expected in ((128, 49_536), (20, 3 * (20 * 20 + 20))):
@@ -35,31 +48,33 @@ def check_parameters(SelfAttention) -> None:
 
 
 def _setup(SelfAttention, d_model=12, batch=2, seq_len=5, seed=30):
+    """The learner's module in float64 with the judge's weights injected, the judge's copy
+    of those weights ({"W_Q": (weight, bias), ...}) and an input x (batch, seq_len, d_model)."""
     module = expect_module(SelfAttention, d_model)
     _linear_attrs(module, d_model)
     module = module.double()
     g = rng(seed)
-    with torch.no_grad():    # distinct weights so that W_K used for V cannot go unnoticed
-        for name in ("W_Q", "W_K", "W_V"):
-            layer = getattr(module, name)
-            layer.weight.copy_(torch.randn(d_model, d_model, generator=g, dtype=torch.float64)
-                               / math.sqrt(d_model))
-            layer.bias.copy_(torch.randn(d_model, generator=g, dtype=torch.float64) * 0.1)
+    weights = {}   # distinct weights so that W_K used for V cannot go unnoticed
+    for name in ("W_Q", "W_K", "W_V"):
+        weights[f"{name}.weight"] = (torch.randn(d_model, d_model, generator=g,
+                                                 dtype=torch.float64) / math.sqrt(d_model))
+        weights[f"{name}.bias"] = torch.randn(d_model, generator=g, dtype=torch.float64) * 0.1
+    kept = inject(module, weights)
     x = torch.randn(batch, seq_len, d_model, generator=g, dtype=torch.float64)
-    return module, x
+    return module, x, {n: (kept[f"{n}.weight"], kept[f"{n}.bias"]) for n in ("W_Q", "W_K", "W_V")}
 
 
-def _expected(module, x, mask=None, v_from="W_V", scale=None, dim=-1):
-    q = F.linear(x, module.W_Q.weight, module.W_Q.bias)    # (B, T, d_model)
-    k = F.linear(x, module.W_K.weight, module.W_K.bias)
-    src = getattr(module, v_from)
-    v = F.linear(x, src.weight, src.bias)
+def _expected(w, x, mask=None, v_from="W_V", scale=None, dim=-1, fill=float("-inf")):
+    """(output, attn_weights) from the judge's weights ``w``, with one mistake at most."""
+    q = F.linear(x, *w["W_Q"])                             # (B, T, d_model)
+    k = F.linear(x, *w["W_K"])
+    v = F.linear(x, *w[v_from])
     scale = math.sqrt(x.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(-2, -1) / scale               # (B, T, T)
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    w = torch.softmax(scores, dim=dim)
-    return w @ v, w
+        scores = scores.masked_fill(~mask, fill)
+    attn = torch.softmax(scores, dim=dim)
+    return attn @ v, attn
 
 
 def _weights_step(module, expected_w) -> list[Step]:
@@ -72,56 +87,63 @@ def _weights_step(module, expected_w) -> list[Step]:
 AFTER_SOFTMAX = "after the softmax: the output is attn_weights @ V, with V = self.W_V(x)"
 
 
+@value_check
 def check_matches_torch(SelfAttention) -> None:
-    """Output and attn_weights equal F.scaled_dot_product_attention on the module's projections."""
-    module, x = _setup(SelfAttention)
+    """Output and attn_weights equal F.scaled_dot_product_attention on the judge's weights."""
+    module, x, w = _setup(SelfAttention)
     with torch.no_grad():
         out = call(module, x, name="SelfAttention.forward")
-        q, k, v = (F.linear(x, m.weight, m.bias) for m in (module.W_Q, module.W_K, module.W_V))
+        q, k, v = (F.linear(x, *w[n]) for n in ("W_Q", "W_K", "W_V"))
         expected = F.scaled_dot_product_attention(q, k, v)
-        _, expected_w = _expected(module, x)
+        _, expected_w = _expected(w, x)
         mistakes = {
             "V is computed with W_K: values need their own projection, V = self.W_V(x)":
-                _expected(module, x, v_from="W_K"),
+                _expected(w, x, v_from="W_K"),
             "V is computed with W_Q: values need their own projection, V = self.W_V(x)":
-                _expected(module, x, v_from="W_Q"),
-            "you did not scale the scores by 1/sqrt(d_k)": _expected(module, x, scale=1.0),
-            "you divided by d_k instead of sqrt(d_k)": _expected(module, x, scale=12.0),
+                _expected(w, x, v_from="W_Q"),
+            "you did not scale the scores by 1/sqrt(d_k)": _expected(w, x, scale=1.0),
+            "you divided by d_k instead of sqrt(d_k)": _expected(w, x, scale=12.0),
             "softmax over the wrong dimension: normalise over the keys (dim=-1)":
-                _expected(module, x, dim=-2),
+                _expected(w, x, dim=-2),
         }
     expect_tensor(out, "SelfAttention output", shape=(2, 5, 12))
     compare(out, expected, "SelfAttention output", {k: v[0] for k, v in mistakes.items()},
             rtol=1e-6, atol=1e-9, steps=_weights_step(module, expected_w), where=AFTER_SOFTMAX)
-    w = getattr(module, "attn_weights", None)
-    expect_tensor(w, "self.attn_weights", shape=(2, 5, 5))
-    compare(w, expected_w, "self.attn_weights", {k: v[1] for k, v in mistakes.items()},
+    attn = getattr(module, "attn_weights", None)
+    expect_tensor(attn, "self.attn_weights", shape=(2, 5, 5))
+    compare(attn, expected_w, "self.attn_weights", {k: v[1] for k, v in mistakes.items()},
             rtol=1e-6, atol=1e-9, hint="store the softmax weights of the last forward in "
             "self.attn_weights")
+    expect_unchanged(module, _flat(w))
 
 
+def _flat(w) -> dict:
+    """{"W_Q.weight": ..., "W_Q.bias": ...} from {"W_Q": (weight, bias), ...}."""
+    return {f"{n}.{part}": t for n, pair in w.items()
+            for part, t in zip(("weight", "bias"), pair, strict=True)}
+
+
+@value_check
 def check_mask(SelfAttention) -> None:
     """A causal (seq, seq) mask and a (batch, 1, seq) padding mask, True = may attend."""
-    module, x = _setup(SelfAttention, d_model=8, batch=2, seq_len=6, seed=31)
+    module, x, w = _setup(SelfAttention, d_model=8, batch=2, seq_len=6, seed=31)
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, :]   # (B, 1, T)
     for mask, label in ((causal, "a causal mask"), (padding, "a padding mask")):
         with torch.no_grad():
             out = call(module, x, mask, name="SelfAttention.forward(x, mask)")
-            exp_out, exp_w = _expected(module, x, mask)
-            zero_fill = module.W_Q.weight.new_zeros(())   # masking with 0 instead of -inf
-            q, k = module.W_Q(x), module.W_K(x)
-            scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~mask, zero_fill)
-            w0 = torch.softmax(scores, -1)
+            exp_out, exp_w = _expected(w, x, mask)
         mistakes = {"masked positions still get weight: fill with float('-inf') before the "
-                    "softmax, not 0": w0 @ module.W_V(x).detach(),
+                    "softmax, not 0": _expected(w, x, mask, fill=0.0)[0],
                     "your mask is inverted: True means 'may attend'":
-                        _expected(module, x, ~mask)[0]}
+                        _expected(w, x, ~mask)[0]}
         compare(out, exp_out, f"output with {label}", mistakes, rtol=1e-6, atol=1e-9,
                 steps=_weights_step(module, exp_w), where=AFTER_SOFTMAX)
         compare(module.attn_weights, exp_w, f"attn_weights with {label}", rtol=1e-6, atol=1e-9)
+    expect_unchanged(module, _flat(w))
 
 
+@observed_check
 def check_device(SelfAttention) -> None:
     """Runs on a GPU (or, without one, creates no tensor off the input's device)."""
     module = expect_module(SelfAttention, 16)

@@ -10,7 +10,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import (
+    CheckFailure,
+    call,
+    compare,
+    expect_module,
+    expect_tensor,
+    expect_unchanged,
+    inject,
+    manual_seed,
+    observed_check,
+    rng,
+    value_check,
+)
 from course.device import check_runs_on_any_device
 
 
@@ -32,6 +44,7 @@ def _pe_tensor(module: nn.Module, max_len: int, d_model: int) -> torch.Tensor:
     return expect_tensor(pe, "self.pe", shape=(1, max_len, d_model))
 
 
+@observed_check
 def check_pe_buffer(SinusoidalPositionalEncoding) -> None:
     """pe is a registered buffer (1, max_len, d_model): not a parameter, saved in state_dict."""
     m = expect_module(SinusoidalPositionalEncoding, 12, 40)
@@ -55,6 +68,7 @@ def check_pe_buffer(SinusoidalPositionalEncoding) -> None:
                            "persistent=True so it is saved with the model.")
 
 
+@value_check
 def check_pe_values(SinusoidalPositionalEncoding) -> None:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), d_model=10, max_len=60."""
     m = expect_module(SinusoidalPositionalEncoding, 10, 60)
@@ -71,6 +85,7 @@ def check_pe_values(SinusoidalPositionalEncoding) -> None:
             "even columns, cos(0) in the odd ones.")
 
 
+@value_check
 def check_pe_forward(SinusoidalPositionalEncoding) -> None:
     """forward(x) = x + pe[:, :seq_len] for seq_len=7 < max_len=30, a batch of 3."""
     m = expect_module(SinusoidalPositionalEncoding, 6, 30)
@@ -85,13 +100,17 @@ def check_pe_forward(SinusoidalPositionalEncoding) -> None:
         raise
     expect_tensor(out, "forward(x) for x of shape (3, 7, 6)", shape=(3, 7, 6),
                   dtype=torch.float32)
-    pe = _pe_tensor(m, 30, 6)
+    # Then with a table of the judge's own in self.pe: forward must add its first 7 rows.
+    _pe_tensor(m, 30, 6)
+    pe = inject(m, {"pe": torch.randn(1, 30, 6, generator=rng(55))})["pe"]
+    out = call(m, x, name="SinusoidalPositionalEncoding.forward(x)")
     compare(out, x + pe[:, :7], "forward(x)", {
         "you returned the encoding without x: return x + self.pe[:, :seq_len]":
             pe[:, :7].expand(3, 7, 6),
     }, rtol=1e-6, atol=1e-6)
 
 
+@observed_check
 def check_pe_errors(SinusoidalPositionalEncoding) -> None:
     """seq_len > max_len raises a ValueError naming both; odd d_model works or raises ValueError."""
     m = expect_module(SinusoidalPositionalEncoding, 4, 8)
@@ -121,6 +140,7 @@ def check_pe_errors(SinusoidalPositionalEncoding) -> None:
             rtol=1e-5, atol=1e-5)
 
 
+@observed_check
 def check_pe_device(SinusoidalPositionalEncoding) -> None:
     """Runs on another device (GPU, or PyTorch's meta device): pe must move with the module."""
     m = expect_module(SinusoidalPositionalEncoding, 8, 16)
@@ -128,9 +148,10 @@ def check_pe_device(SinusoidalPositionalEncoding) -> None:
                              "SinusoidalPositionalEncoding")
 
 
+@value_check
 def check_learned(LearnedPositionalEncoding) -> None:
     """nn.Embedding(max_len, d_model) table; forward = x + rows 0..T-1; runs on any device."""
-    torch.manual_seed(52)
+    manual_seed(52)
     m = expect_module(LearnedPositionalEncoding, 6, 25)
     emb = getattr(m, "embedding", None)
     if not isinstance(emb, nn.Embedding) or tuple(emb.weight.shape) != (25, 6):
@@ -141,8 +162,10 @@ def check_learned(LearnedPositionalEncoding) -> None:
         raise CheckFailure(f"LearnedPositionalEncoding(6, 25) has {n} parameters, expected "
                            "150 (one 6-vector per position).")
     x = torch.randn(2, 9, 6, generator=rng(53))
+    table = inject(m, {"embedding.weight": torch.randn(25, 6, generator=rng(56))})
     out = call(m, x, name="LearnedPositionalEncoding.forward(x)")
     expect_tensor(out, "forward(x)", shape=(2, 9, 6))
-    compare(out, x + emb.weight[:9].detach(), "forward(x)", rtol=1e-6, atol=1e-6)
+    compare(out, x + table["embedding.weight"][:9], "forward(x)", rtol=1e-6, atol=1e-6)
+    expect_unchanged(m, table)
     check_runs_on_any_device(m, lambda: (torch.randn(2, 4, 6, generator=rng(54)),),
                              "LearnedPositionalEncoding")

@@ -1,10 +1,10 @@
 """Hidden tests of Day 6: FeedForward, a hand-written LayerNorm, the Pre-LN encoder layer.
 
-References: ``F.gelu`` and ``nn.Linear``, ``nn.LayerNorm`` with the learner's weight and bias,
-and ``nn.TransformerEncoderLayer(..., activation="gelu", batch_first=True, norm_first=True)``
-with the learner's weights copied in. The wiring test recomputes the layer from its own
-submodules, so it does not depend on which attention module (the learner's Day 4 class or the
-course's stand-in) sits inside.
+References, all on weights the judge injects and keeps (``randomize``): ``F.gelu`` and
+``F.linear``, ``F.layer_norm``, and ``nn.TransformerEncoderLayer(..., activation="gelu",
+batch_first=True, norm_first=True)`` holding the same weights. The layer tests put PyTorch's
+LayerNorm or the course's FeedForward in place of the learner's when those fail their own
+tests (one mistake costs once).
 """
 
 from __future__ import annotations
@@ -13,21 +13,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checks import CheckFailure, Step, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import (
+    CheckFailure,
+    Step,
+    call,
+    compare,
+    expect_module,
+    expect_tensor,
+    expect_unchanged,
+    manual_seed,
+    observed_check,
+    randomize,
+    rng,
+    value_check,
+)
+from autograder.checks import reference as ref
 from course.checking import forbid, in_kernel, matches
 from course.device import check_runs_on_any_device
+from course.standins import FeedForward as FeedForwardStandIn
 
 
 def _count(m: nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
-
-
-def _perturb(module: nn.Module, seed: int) -> None:
-    """Non-default weights everywhere (LayerNorm weights not 1, biases not 0)."""
-    g = rng(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
 
 
 def _linear(module: nn.Module, name: str, shape: tuple[int, int]) -> nn.Linear:
@@ -38,21 +45,26 @@ def _linear(module: nn.Module, name: str, shape: tuple[int, int]) -> nn.Linear:
     return lin
 
 
+@value_check
 def check_ffn(FeedForward) -> None:
     """linear1 (C -> d_ff), GELU, linear2 (d_ff -> C); 131,712 parameters at (128, 512)."""
     big = expect_module(FeedForward, 128, 512, name="FeedForward")
     if _count(big) != 131_712:
         raise CheckFailure(f"FeedForward(128, 512) has {_count(big):,} parameters, expected "
                            "131,712 = (128 x 512 + 512) + (512 x 128 + 128).")
-    torch.manual_seed(60)
     ffn = expect_module(FeedForward, 16, 40, name="FeedForward").double()
-    l1 = _linear(ffn, "linear1", (40, 16))
-    l2 = _linear(ffn, "linear2", (16, 40))
+    _linear(ffn, "linear1", (40, 16))
+    _linear(ffn, "linear2", (16, 40))
+    w = randomize(ffn, 60)
+
+    def l2(t):
+        return ref.linear(w, "linear2.", t)
+
     x = 2.0 * torch.randn(3, 5, 16, generator=rng(61), dtype=torch.float64)
     out = call(ffn, x, name="FeedForward.forward(x)")
     expect_tensor(out, "FeedForward output", shape=(3, 5, 16), dtype=torch.float64)
     with torch.no_grad():
-        hidden = l1(x)
+        hidden = ref.linear(w, "linear1.", x)
         expected = l2(F.gelu(hidden))
         mistakes = {
             "you used ReLU: the feed-forward block uses GELU (F.gelu or nn.GELU), the smooth "
@@ -62,11 +74,13 @@ def check_ffn(FeedForward) -> None:
             "there is no activation between linear1 and linear2: add GELU": l2(hidden),
         }
     compare(out, expected, "FeedForward output", mistakes, rtol=1e-6, atol=1e-9)
+    expect_unchanged(ffn, w)
 
 
 LN_FORBIDDEN = ("torch.nn.functional.layer_norm", "torch.layer_norm")
 
 
+@value_check
 def check_layer_norm(LayerNorm) -> None:
     """Equal to nn.LayerNorm with the same non-default weights; eps=0.5 so eps's place shows."""
     with forbid(*LN_FORBIDDEN):
@@ -77,11 +91,8 @@ def check_layer_norm(LayerNorm) -> None:
             raise CheckFailure(f"self.{name} should be an nn.Parameter of shape (d_model,) = "
                                f"(12,), got {type(p).__name__}.")
     ln = ln.double()
-    _perturb(ln, 62)
-    ref = nn.LayerNorm(12, eps=0.5).double()
-    with torch.no_grad():
-        ref.weight.copy_(ln.weight)
-        ref.bias.copy_(ln.bias)
+    w = randomize(ln, 62)
+    gain, shift = w["weight"], w["bias"]
     x = 0.7 * torch.randn(3, 5, 12, generator=rng(63), dtype=torch.float64) + 0.3
     with forbid(*LN_FORBIDDEN):
         out = call(ln, x, name="LayerNorm.forward(x)")
@@ -90,7 +101,7 @@ def check_layer_norm(LayerNorm) -> None:
     def norm(var, eps_inside=True, eps=0.5):
         mean = x.mean(-1, keepdim=True)
         scale = torch.sqrt(var + eps) if eps_inside else torch.sqrt(var) + eps
-        return (x - mean) / scale * ln.weight.detach() + ln.bias.detach()
+        return (x - mean) / scale * gain + shift
 
     biased = x.var(-1, unbiased=False, keepdim=True)
     unbiased = x.var(-1, unbiased=True, keepdim=True)
@@ -102,17 +113,17 @@ def check_layer_norm(LayerNorm) -> None:
         "you ignored self.eps (the test uses eps=0.5)": norm(biased, eps=1e-5),
         "you normalised over the batch or the sequence: LayerNorm normalises each vector over "
         "its last dimension (d_model)": (x - x.mean(0, keepdim=True))
-        / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + 0.5) * ln.weight.detach()
-        + ln.bias.detach(),
+        / torch.sqrt(x.var(0, unbiased=False, keepdim=True) + 0.5) * gain + shift,
         "weight and bias are not applied: return normalised * self.weight + self.bias":
             (x - x.mean(-1, keepdim=True)) / torch.sqrt(biased + 0.5),
     }
-    with torch.no_grad():
-        compare(out, ref(x), "LayerNorm output", mistakes, rtol=1e-6, atol=1e-9)
+    compare(out, F.layer_norm(x, (12,), gain, shift, 0.5), "LayerNorm output", mistakes,
+            rtol=1e-6, atol=1e-9)
+    expect_unchanged(ln, w)
 
 
 def _layer(cls, d_model, heads, d_ff, seed):
-    torch.manual_seed(seed)
+    manual_seed(seed)
     layer = expect_module(cls, d_model, heads, d_ff, name="TransformerEncoderLayer")
     for name in ("norm1", "attn", "norm2", "ffn"):
         if not isinstance(getattr(layer, name, None), nn.Module):
@@ -121,6 +132,7 @@ def _layer(cls, d_model, heads, d_ff, seed):
     return layer
 
 
+@observed_check
 def check_encoder_structure(TransformerEncoderLayer) -> None:
     """norm1, attn, norm2, ffn; 198,272 parameters at (128, 8, 512)."""
     layer = _layer(TransformerEncoderLayer, 128, 8, 512, seed=64)
@@ -134,11 +146,6 @@ def check_encoder_structure(TransformerEncoderLayer) -> None:
         raise CheckFailure(f"TransformerEncoderLayer(128, 8, 512) has {total:,} parameters, "
                            "expected 198,272 (66,048 attention + 131,712 feed-forward + 2 x 256 "
                            "LayerNorm); do not create extra layers.")
-
-
-def _sub(layer, x, mask):
-    attn = layer.attn(x, mask) if mask is not None else layer.attn(x)
-    return attn
 
 
 WIRING = ("in how forward wires the sublayers: x = x + self.attn(self.norm1(x), mask), then "
@@ -157,23 +164,69 @@ def _without_ffn(layer, x, mask):
         last.load_state_dict(saved)
 
 
+def _prepared(layer, d_model: int, d_ff: int, seed: int) -> tuple[dict, str]:
+    """The judge's weights injected into every parameter of the layer, and the note for the
+    message. One mistake costs once: when the learner's LayerNorm or FeedForward (earlier
+    exercises of this day, with their own tests) is wrong on the judge's weights, PyTorch's
+    nn.LayerNorm or the course's FeedForward holding the same weights takes its place, so
+    that this test grades how the layer wires them."""
+    w = randomize(layer, seed)
+    x = torch.randn(2, 3, d_model, generator=rng(seed + 1000), dtype=torch.float64)
+    notes = []
+    with torch.no_grad():
+        for name in ("norm1", "norm2"):
+            norm = getattr(layer, name)
+            if not matches(call(norm, x, name=f"layer.{name}"),
+                           ref.layer_norm(w, f"{name}.", x), rtol=1e-6, atol=1e-9):
+                stand_in = in_kernel(nn.LayerNorm, d_model, dtype=torch.float64)
+                stand_in.load_state_dict({"weight": w[f"{name}.weight"],
+                                          "bias": w[f"{name}.bias"]})
+                setattr(layer, name, stand_in)
+                notes.append("your LayerNorm fails day06_layer_norm_values (fix that first)")
+        if not matches(call(layer.ffn, x, name="layer.ffn"), ref.ffn(w, "ffn.", x),
+                       rtol=1e-6, atol=1e-9):
+            stand_in = in_kernel(FeedForwardStandIn, d_model, d_ff)
+            stand_in.double()
+            stand_in.load_state_dict({k[len("ffn."):]: v for k, v in w.items()
+                                      if k.startswith("ffn.")})
+            layer.ffn = stand_in
+            notes.append("your FeedForward fails day06_ffn_values (fix that first)")
+    if not notes:
+        return w, ""
+    return w, ("; ".join(dict.fromkeys(notes)) + ": this test used PyTorch's LayerNorm or the "
+               "course's FeedForward with the same weights in its place")
+
+
+@value_check
 def check_encoder_wiring(TransformerEncoderLayer) -> None:
-    """Pre-LN with a residual around each sublayer, recomputed from the layer's own submodules."""
+    """Pre-LN with a residual around each sublayer, on the judge's weights."""
     layer = _layer(TransformerEncoderLayer, 20, 4, 36, seed=65).double().eval()
-    _perturb(layer, 66)
+    w, note = _prepared(layer, 20, 36, 66)
     x = torch.randn(2, 6, 20, generator=rng(67), dtype=torch.float64)
     keep = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     mask = keep[:, None, None, :]                                        # (B, 1, 1, T)
+
+    def n1(t):
+        return ref.layer_norm(w, "norm1.", t)
+
+    def n2(t):
+        return ref.layer_norm(w, "norm2.", t)
+
+    def ffn(t):
+        return ref.ffn(w, "ffn.", t)
+
+    def attn(t, m):
+        return ref.mha(w, "attn.", t, 4, m)[0]
+
     for m, label in ((None, "without a mask"), (mask, "with a padding mask")):
         out = call(layer, x, m, name="TransformerEncoderLayer.forward(x, mask)") \
             if m is not None else call(layer, x, name="TransformerEncoderLayer.forward(x)")
         expect_tensor(out, f"layer output {label}", shape=(2, 6, 20), dtype=torch.float64)
         with torch.no_grad():
-            n1, n2, ffn = layer.norm1, layer.norm2, layer.ffn
-            h = x + _sub(layer, n1(x), m)
+            h = x + attn(n1(x), m)
             expected = h + ffn(n2(h))
-            post_h = n1(x + _sub(layer, x, m))
-            a = _sub(layer, n1(x), m)
+            post_h = n1(x + attn(x, m))
+            a = attn(n1(x), m)
             mistakes = {
                 "this is Post-LN (normalise after adding the residual); use Pre-LN: "
                 "x = x + attn(norm1(x)), then x = x + ffn(norm2(x))":
@@ -186,7 +239,7 @@ def check_encoder_wiring(TransformerEncoderLayer) -> None:
                 "both sublayers read the same input: the feed-forward block must read the "
                 "output of the attention sublayer": h + ffn(n2(x)),
                 "the mask was not passed to the attention: self.attn(self.norm1(x), mask)":
-                    (lambda hh: hh + ffn(n2(hh)))(x + _sub(layer, n1(x), None)),
+                    (lambda hh: hh + ffn(n2(hh)))(x + attn(n1(x), None)),
             }
         stream = Step(
             "the residual stream after the attention half (your layer's output with the "
@@ -194,92 +247,68 @@ def check_encoder_wiring(TransformerEncoderLayer) -> None:
             lambda m=m: _without_ffn(layer, x, m), h,
             "in the attention half: x = x + self.attn(self.norm1(x), mask)")
         compare(out, expected, f"layer output {label}", mistakes, rtol=1e-6, atol=1e-9,
-                steps=[stream], where="in the feed-forward half: x = x + "
+                hint=note, steps=[stream], where="in the feed-forward half: x = x + "
                 "self.ffn(self.norm2(x)), where x is the output of the attention half")
 
 
-def _torch_layer(layer, d_model, heads, d_ff, norm_first=True, activation="gelu"):
-    ref = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, activation=activation,
-                                     batch_first=True, norm_first=norm_first).double()
-    a = layer.attn
+def _torch_layer(w, d_model, heads, d_ff, norm_first=True, activation="gelu"):
+    """nn.TransformerEncoderLayer holding the judge's weights ``w``."""
+    torch_ref = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0,
+                                           activation=activation, batch_first=True,
+                                           norm_first=norm_first).double()
+    sa = torch_ref.self_attn
     with torch.no_grad():
-        ref.self_attn.in_proj_weight.copy_(torch.cat([a.W_Q.weight, a.W_K.weight, a.W_V.weight]))
-        ref.self_attn.in_proj_bias.copy_(torch.cat([a.W_Q.bias, a.W_K.bias, a.W_V.bias]))
-        ref.self_attn.out_proj.weight.copy_(a.W_O.weight)
-        ref.self_attn.out_proj.bias.copy_(a.W_O.bias)
-        ref.linear1.weight.copy_(layer.ffn.linear1.weight)
-        ref.linear1.bias.copy_(layer.ffn.linear1.bias)
-        ref.linear2.weight.copy_(layer.ffn.linear2.weight)
-        ref.linear2.bias.copy_(layer.ffn.linear2.bias)
-        for mine, theirs in ((layer.norm1, ref.norm1), (layer.norm2, ref.norm2)):
-            theirs.weight.copy_(mine.weight)
-            theirs.bias.copy_(mine.bias)
-            theirs.eps = float(getattr(mine, "eps", 1e-5))
-    return ref.eval()
+        sa.in_proj_weight.copy_(torch.cat([w[f"attn.{n}.weight"] for n in ("W_Q", "W_K",
+                                                                           "W_V")]))
+        sa.in_proj_bias.copy_(torch.cat([w[f"attn.{n}.bias"] for n in ("W_Q", "W_K", "W_V")]))
+        sa.out_proj.weight.copy_(w["attn.W_O.weight"])
+        sa.out_proj.bias.copy_(w["attn.W_O.bias"])
+        for name in ("linear1", "linear2"):
+            getattr(torch_ref, name).weight.copy_(w[f"ffn.{name}.weight"])
+            getattr(torch_ref, name).bias.copy_(w[f"ffn.{name}.bias"])
+        for name in ("norm1", "norm2"):
+            getattr(torch_ref, name).weight.copy_(w[f"{name}.weight"])
+            getattr(torch_ref, name).bias.copy_(w[f"{name}.bias"])
+    return torch_ref.eval()
 
 
-def _reference_norms(layer, d_model: int) -> str:
-    """When the learner's LayerNorm is wrong, put PyTorch's (same weights and eps) in its
-    place, so that this test grades the layer and not LayerNorm again; returns the note for
-    the message ('' when the learner's LayerNorm is right)."""
-    x = torch.randn(2, 3, d_model, generator=rng(71), dtype=torch.float64)
-    try:
-        norms = {name: getattr(layer, name) for name in ("norm1", "norm2")}
-        params = {name: (n.weight.detach(), n.bias.detach(), float(getattr(n, "eps", 1e-5)))
-                  for name, n in norms.items()}
-    except AttributeError:
-        return ""   # _torch_layer says which name is missing
-    with torch.no_grad():
-        right = all(matches(call(norms[name], x, name=f"layer.{name}"),
-                            F.layer_norm(x, (d_model,), w, b, eps), rtol=1e-6, atol=1e-9)
-                    for name, (w, b, eps) in params.items())
-    if right:
-        return ""
-    for name, (w, b, eps) in params.items():
-        ref = in_kernel(nn.LayerNorm, d_model, eps=eps, dtype=torch.float64)
-        ref.load_state_dict({"weight": w, "bias": b})
-        setattr(layer, name, ref)
-    return ("your LayerNorm fails day06_layer_norm_values (fix that first), so this test used "
-            "PyTorch's nn.LayerNorm with your weights in its place")
-
-
+@value_check
 def check_encoder_matches_torch(TransformerEncoderLayer) -> None:
     """Equal to nn.TransformerEncoderLayer(norm_first=True, gelu) given the same weights.
 
-    A wrong LayerNorm costs its own test only: it is replaced by PyTorch's here."""
+    A wrong LayerNorm or FeedForward costs its own test only: it is replaced here."""
     layer = _layer(TransformerEncoderLayer, 24, 6, 40, seed=68).double().eval()
-    _perturb(layer, 69)
-    note = _reference_norms(layer, 24)
+    w, note = _prepared(layer, 24, 40, 69)
     try:
-        ref = _torch_layer(layer, 24, 6, 40)
-        post = _torch_layer(layer, 24, 6, 40, norm_first=False)
-    except AttributeError as exc:
-        raise CheckFailure(f"could not copy your weights into nn.TransformerEncoderLayer: {exc}. "
-                           "Keep the names attn.W_Q/W_K/W_V/W_O, ffn.linear1/linear2, "
-                           "norm1/norm2 with weight and bias.") from None
+        torch_ref = _torch_layer(w, 24, 6, 40)
+        post = _torch_layer(w, 24, 6, 40, norm_first=False)
+    except KeyError as exc:
+        raise CheckFailure(f"could not find the weight {exc} in your layer. Keep the names "
+                           "attn.W_Q/W_K/W_V/W_O, ffn.linear1/linear2, norm1/norm2 with weight "
+                           "and bias.") from None
     x = torch.randn(3, 7, 24, generator=rng(70), dtype=torch.float64)
     keep = torch.ones(3, 7, dtype=torch.bool)
     keep[0, 5:] = False
     out = call(layer, x, keep[:, None, None, :], name="TransformerEncoderLayer.forward(x, mask)")
     expect_tensor(out, "layer output", shape=(3, 7, 24), dtype=torch.float64)
     with torch.no_grad():
-        expected = ref(x, src_key_padding_mask=~keep)
-        relu = _torch_layer(layer, 24, 6, 40, activation="relu")
+        expected = torch_ref(x, src_key_padding_mask=~keep)
+        relu = _torch_layer(w, 24, 6, 40, activation="relu")
         mistakes = {
             "this is Post-LN; nn.TransformerEncoderLayer(norm_first=True) is Pre-LN":
                 post(x, src_key_padding_mask=~keep),
             "the feed-forward block uses ReLU; use GELU": relu(x, src_key_padding_mask=~keep),
         }
-        n1 = F.layer_norm(x, (24,), layer.norm1.weight, layer.norm1.bias, ref.norm1.eps)
+        n1 = ref.layer_norm(w, "norm1.", x)
         h = torch.randn(3, 7, 24, generator=rng(72), dtype=torch.float64)
     parts = [
-        Step("self.attn (against nn.MultiheadAttention with your weights)",
+        Step("self.attn (against nn.MultiheadAttention with the same weights)",
              lambda: layer.attn(n1, keep[:, None, None, :])[keep],
-             lambda: ref.self_attn(n1, n1, n1, key_padding_mask=~keep,
-                                   need_weights=False)[0][keep],
+             lambda: torch_ref.self_attn(n1, n1, n1, key_padding_mask=~keep,
+                                         need_weights=False)[0][keep],
              "in self.attn, the multi-head attention inside the layer"),
-        Step("self.ffn (against Linear, GELU, Linear with your weights)",
-             lambda: layer.ffn(h), lambda: ref.linear2(F.gelu(ref.linear1(h))),
+        Step("self.ffn (against Linear, GELU, Linear with the same weights)",
+             lambda: layer.ffn(h), lambda: ref.ffn(w, "ffn.", h),
              "in self.ffn: see day06_ffn_values"),
     ]
     # Positions that are padding are ignored by PyTorch's fast path; compare real tokens.
@@ -288,6 +317,7 @@ def check_encoder_matches_torch(TransformerEncoderLayer) -> None:
             steps=parts, where=WIRING)
 
 
+@observed_check
 def check_encoder_device(TransformerEncoderLayer) -> None:
     """Runs on another device (GPU, or PyTorch's meta device) with a causal mask."""
     layer = _layer(TransformerEncoderLayer, 16, 4, 32, seed=71)

@@ -19,8 +19,11 @@ from autograder.checks import (
     compare,
     expect_module,
     expect_tensor,
+    manual_seed,
+    observed_check,
     rng,
     trusted_mnist,
+    value_check,
 )
 from course.checking import in_kernel, note_value_checked, twin
 from course.device import check_runs_on_any_device
@@ -42,6 +45,7 @@ def _as_float(value, name: str) -> float:
     return float(value)
 
 
+@value_check
 def check_normalization(normalization_stats, MEAN, STD, mnist) -> None:
     """normalization_stats on synthetic images; MEAN, STD from the training split.
 
@@ -81,6 +85,7 @@ def check_normalization(normalization_stats, MEAN, STD, mnist) -> None:
             rtol=2e-4, atol=1e-7)
 
 
+@value_check
 def check_images_to_rows(images_to_rows) -> None:
     """Asymmetric images in both layouts, odd batch sizes, other statistics."""
     g = rng(81)
@@ -157,9 +162,10 @@ def _forward_variants(model, x):
     return right, variants
 
 
+@value_check
 def check_classifier_forward(SequenceClassifier) -> None:
     """Forward pass = the contract rebuilt from the learner's submodules; CLS at position 0."""
-    torch.manual_seed(0)
+    manual_seed(0)
     model = _build(SequenceClassifier, 5, 7, 16, 2, 24, 2, 9,
                    name="SequenceClassifier(input_dim=5, num_classes=7, d_model=16, "
                         "num_heads=2, d_ff=24, num_layers=2, max_len=9)")
@@ -187,6 +193,7 @@ def check_classifier_forward(SequenceClassifier) -> None:
         raise CheckFailure(f"num_layers=2 but model.layers has {n_layers} layers.")
 
 
+@observed_check
 def check_classifier_device(SequenceClassifier) -> None:
     """No tensor created on the wrong device (GPU when present, else PyTorch's meta device)."""
     model = _build(SequenceClassifier, 6, 4, 16, 4, 32, 1, 12)
@@ -199,13 +206,14 @@ def _normalize(images: torch.Tensor, mnist) -> torch.Tensor:
     return ((images.float() / 255.0 - mean) / std).reshape(len(images), 28, 28)
 
 
+@value_check
 def check_init_loss(SequenceClassifier, images_to_rows, mnist, MEAN, STD) -> None:
     """A fresh model (another size) gives a loss within 0.1 of ln(10) on real digits."""
     mnist = trusted_mnist()
     rows = _normalize(mnist.heldout_images[:300], mnist)
     labels = mnist.heldout_labels[:300]
     with torch.random.fork_rng():
-        torch.manual_seed(8)
+        manual_seed(8)
         model = _build(SequenceClassifier, 28, 10, 48, 4, 96, 3, 28)
     model.eval()
     with torch.no_grad():
@@ -219,6 +227,7 @@ def check_init_loss(SequenceClassifier, images_to_rows, mnist, MEAN, STD) -> Non
             "(nn.init.normal_(self.head.weight, std=0.02), zero bias) so the logits start near 0.")
 
 
+@value_check
 def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, MEAN,
                   STD) -> None:
     """The learner's loop memorises 16 digits with a reference model, and vice versa."""
@@ -230,7 +239,7 @@ def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, 
     rows = _normalize(mnist.train_images[-16:], mnist)
     labels = mnist.train_labels[-16:]
     with torch.random.fork_rng():
-        torch.manual_seed(81)
+        manual_seed(81)
         before = Reference(28, 10, 32, 4, 64, 1, 28)
     reference = twin(before, 28, 10, 32, 4, 64, 1, 28)
     steps = 100

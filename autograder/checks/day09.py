@@ -14,7 +14,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checks import CheckFailure, call, compare, expect_tensor, rng, trusted_mnist
+from autograder.checks import (
+    CheckFailure,
+    call,
+    compare,
+    expect_tensor,
+    rng,
+    trusted_mnist,
+    value_check,
+)
 from course.checking import in_kernel, note_value_checked, record, twin
 from course.probes import DropoutProbe, TrainingProbe, predict, step_schedule
 
@@ -52,6 +60,7 @@ def _factors(warmup_cosine_schedule, warmup: int, total: int, steps: int) -> tor
     return torch.tensor(lrs, dtype=torch.float64) / 0.5
 
 
+@value_check
 def check_schedule(warmup_cosine_schedule) -> None:
     """The factor at every step for several (warmup, total), including warmup 0 and overrun."""
     for warmup, total, steps in ((7, 40, 46), (0, 15, 18), (12, 13, 16)):
@@ -110,6 +119,7 @@ def _as_float(value, name):
     return value
 
 
+@value_check
 def check_train_one_epoch(train_one_epoch) -> None:
     """Weights, returned mean loss, scheduler steps and train mode after one epoch."""
     batches = _batches()
@@ -158,6 +168,7 @@ def check_train_one_epoch(train_one_epoch) -> None:
          name="train_one_epoch(..., scheduler=None)")
 
 
+@value_check
 def check_clipping(train_one_epoch) -> None:
     """Large gradients and max_grad_norm=0.05: the step uses the clipped gradients."""
     batches = _batches((4,), scale=1.0, seed=92)
@@ -185,6 +196,7 @@ def check_clipping(train_one_epoch) -> None:
 
 # --------------------------------------------------------------------------------- evaluate
 
+@value_check
 def check_evaluate(evaluate) -> None:
     """Eval mode, no graph, exact example-weighted loss and accuracy over uneven batches."""
     batches = _batches((4, 4, 3), seed=95)
@@ -226,6 +238,7 @@ def check_evaluate(evaluate) -> None:
 
 # --------------------------------------------------------------------------------- accuracy
 
+@value_check
 def check_heldout_accuracy(model, heldout_rows, heldout_labels, threshold: float = 0.80) -> None:
     """The trained model reaches ``threshold`` on the held-out digits.
 

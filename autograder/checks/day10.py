@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from autograder.checks import CheckFailure, call, compare, rng
+from autograder.checks import CheckFailure, call, compare, observed_check, rng, value_check
 from course.checking import note_value_checked, observe, twin
 from course.probes import (
     ActivationProbe,
@@ -34,6 +34,7 @@ def _grad_model():
     return model
 
 
+@value_check
 def check_gradient_norms(gradient_norms) -> None:
     """Injected gradients; a parameter without a gradient is left out."""
     model = _grad_model()
@@ -89,6 +90,7 @@ def _reference_stats(model, x, unbiased=True):
             "pair": (float(pair.mean()), std(pair))}
 
 
+@value_check
 def check_activation_stats_values(activation_stats) -> None:
     """Names, means and stds of every submodule's output (tuple outputs: first element)."""
     model = _activation_probe().eval()
@@ -139,6 +141,7 @@ def _hook_count(model) -> int:
     return observe(hook_count, model)
 
 
+@observed_check
 def check_activation_stats_hooks(activation_stats) -> None:
     """No hook left behind after a normal call, nor after a forward pass that raises."""
     model = twin(_activation_probe())
@@ -174,6 +177,7 @@ def _entropy(p: torch.Tensor) -> torch.Tensor:
                         torch.zeros_like(p)).sum(-1)
 
 
+@value_check
 def check_attention_entropy(attention_entropy) -> None:
     """Random 4-D rows, one-hot rows, uniform rows, rows with exact zeros."""
     g = rng(105)
@@ -229,6 +233,7 @@ def _changes(model, inputs, labels, lr, *, zero_grad=True, optimizer=torch.optim
     return {n: float(reduce(p.detach() - before[n])) for n, p in model.named_parameters()}
 
 
+@value_check
 def check_one_step_changes(one_step_changes) -> None:
     """Injected weights and stale gradients; ``extra`` is never reached by the loss."""
     model = _grad_model()                     # stale .grad on every used parameter
@@ -291,6 +296,7 @@ def _dead_reference(model, x, reduce="all") -> dict[str, int]:
     return {"ffn1.linear1": count(first), "ffn2.linear1": count(second)}
 
 
+@value_check
 def check_dead_units(dead_units) -> None:
     """Injected biases kill 3 of ffn1's 10 units and 5 of ffn2's 8; (4, 5, 6) inputs; the head
     is not a feed-forward layer; no hook is left."""
@@ -358,6 +364,7 @@ _TELL = {
 }
 
 
+@value_check
 def check_diagnosis(DIAGNOSIS) -> None:
     """One right answer per set-up; the message names the ones that are wrong."""
     if not isinstance(DIAGNOSIS, dict):

@@ -10,7 +10,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, compare, expect_module, expect_tensor, rng
+from autograder.checks import (
+    CheckFailure,
+    call,
+    compare,
+    expect_module,
+    expect_tensor,
+    manual_seed,
+    observed_check,
+    rng,
+    value_check,
+)
 from course.device import check_runs_on_any_device
 
 VIT_ATTRIBUTES = ("patch_embed", "cls_token", "pos_embedding", "layers", "norm", "head")
@@ -28,6 +38,7 @@ def _patches(images: torch.Tensor, P: int, column_major=False, channel_last=Fals
     return x.reshape(B, -1, C * P * P)
 
 
+@value_check
 def check_patchify(patchify) -> None:
     """Non-square 3-channel images; one-channel (B, H, W); the ValueError."""
     g = rng(110)
@@ -66,9 +77,10 @@ def check_patchify(patchify) -> None:
                            "multiple of 4. Raise a ValueError instead of silently cropping.")
 
 
+@value_check
 def check_patch_embedding(PatchEmbedding) -> None:
     """A 3-channel, non-square PatchEmbedding = patchify + linear with reshaped conv weights."""
-    torch.manual_seed(0)
+    manual_seed(0)
     embed = expect_module(PatchEmbedding, 3, 4, 10,
                           name="PatchEmbedding(in_channels=3, patch_size=4, d_model=10)")
     proj = getattr(embed, "proj", None)
@@ -116,9 +128,10 @@ def _vit(VisionTransformer):
     return model
 
 
+@value_check
 def check_vit_forward(VisionTransformer) -> None:
     """Forward = the contract rebuilt from the learner's submodules; CLS at position 0."""
-    torch.manual_seed(0)
+    manual_seed(0)
     model = _vit(VisionTransformer).double().eval()
     with torch.no_grad():
         model.cls_token.copy_(torch.randn(1, 1, 16, generator=rng(112), dtype=torch.float64))
@@ -155,6 +168,7 @@ def check_vit_forward(VisionTransformer) -> None:
                  "-> norm -> head on position 0.")
 
 
+@observed_check
 def check_vit_device(VisionTransformer) -> None:
     """No tensor created on the wrong device (GPU when present, else the meta device)."""
     model = expect_module(VisionTransformer, image_size=8, patch_size=4, in_channels=1,

@@ -14,8 +14,10 @@ from autograder.checks import (
     compare,
     expect_module,
     expect_tensor,
+    observed_check,
     rng,
     upstream,
+    value_check,
 )
 from course.checking import matches
 from course.device import check_runs_on_any_device
@@ -25,6 +27,7 @@ def _tril(n: int, diagonal: int) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool).tril(diagonal=diagonal)
 
 
+@value_check
 def check_causal_mask_values(causal_mask) -> None:
     """Lower triangle with the diagonal, bool, for N = 1, 6, 9; device= honoured."""
     for n in (6, 9, 1):
@@ -138,6 +141,7 @@ def _attention_first(modules, heads: int):
                      lambda: all(_attention_right(m.attn, heads) for m in modules)))
 
 
+@value_check
 def check_attention_matches_sdpa(CausalSelfAttention) -> None:
     """Same weights, float64: equal to F.scaled_dot_product_attention(is_causal=True)."""
     d, heads, n_ctx, n = 24, 3, 10, 7
@@ -200,6 +204,7 @@ def _attention_values(attn, x, w_qkv, w_proj, heads) -> None:
             hint="one token attends only to itself, so its output is proj(v).")
 
 
+@value_check
 def check_block_pre_ln(Block) -> None:
     """Block(x) == x + attn(ln1(x)), then + mlp(ln2(.)), from its own sub-modules."""
     d, heads, n_ctx = 16, 2, 12
@@ -251,6 +256,7 @@ def _double(model: nn.Module) -> nn.Module:
     return model.double().eval()
 
 
+@value_check
 def check_tinygpt_causal(TinyGPT) -> None:
     """Changing tokens after t leaves logits at <= t unchanged (float64, atol 1e-9)."""
     vocab, n, t = 13, 11, 4
@@ -287,6 +293,7 @@ def _expected_count(vocab: int, d: int, layers: int, n_ctx: int) -> int:
     return layers * (12 * d * d + 9 * d) + 2 * vocab * d + n_ctx * d + 2 * d
 
 
+@observed_check
 def check_tinygpt_parameters(TinyGPT) -> None:
     """3,221,504 parameters for TinyGPT(65); the formula for another configuration."""
     model = expect_module(TinyGPT, 65)
@@ -324,6 +331,7 @@ def check_tinygpt_parameters(TinyGPT) -> None:
             f"(difference {delta:+,}): {hint}.")
 
 
+@observed_check
 def check_tinygpt_n_ctx(TinyGPT) -> None:
     """N == n_ctx works; N == n_ctx + 1 raises ValueError naming both numbers."""
     vocab, n_ctx = 7, 9
@@ -357,6 +365,7 @@ def _n_ctx(model, vocab, n_ctx) -> None:
                        "numbers (the position table has only n_ctx rows).")
 
 
+@observed_check
 def check_tinygpt_any_device(TinyGPT) -> None:
     """No tensor created on the wrong device (CUDA when available, else 'meta')."""
     model = expect_module(TinyGPT, 11, d_model=16, num_heads=2, num_layers=2, n_ctx=8)

@@ -16,9 +16,11 @@ from autograder.checks import (
     CheckFailure,
     call,
     expect_tensor,
+    manual_seed,
     rng,
     trusted_tinyshakespeare,
     upstream,
+    value_check,
 )
 from course.checking import generator, in_kernel, note_value_checked, record, twin
 from course.probes import FixedLogits, Recorder, predict, seeded
@@ -31,6 +33,7 @@ TOL = 0.02
 # --------------------------------------------------------------------------- tokenizer
 
 
+@value_check
 def check_tokenizer_roundtrip(CharTokenizer) -> None:
     """Sorted vocabulary, round trip, ValueError naming an unknown character."""
     text = "zebra ZEBRA!\nzz\t~"
@@ -70,6 +73,7 @@ def check_tokenizer_roundtrip(CharTokenizer) -> None:
 # --------------------------------------------------------------------------- batches
 
 
+@value_check
 def check_get_batch_shift(get_batch) -> None:
     """data = arange(50): y == x + 1, consecutive windows, last window reachable, reproducible."""
     data = torch.arange(50)
@@ -130,6 +134,7 @@ def _get_batch_first(get_batch):
 # --------------------------------------------------------------------------- loss
 
 
+@value_check
 def check_estimate_loss_values(estimate_loss, get_batch) -> None:
     """Known logits -> exact cross-entropy; fresh model ~ ln(V); eval mode; no gradients."""
     g = rng(33)
@@ -173,7 +178,7 @@ def check_estimate_loss_values(estimate_loss, get_batch) -> None:
     if model.table.grad is not None:
         raise CheckFailure("estimate_loss built a graph and filled .grad: wrap it in "
                            "torch.no_grad() and never call backward there.")
-    torch.manual_seed(35)
+    manual_seed(35)
     fresh = ReferenceTinyGPT(65, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
     with torch.no_grad():
         fresh.head.weight.normal_(0.0, 0.02, generator=g)    # GPT-2's small output init
@@ -197,6 +202,7 @@ def _lr(step, max_lr, warmup, total, min_lr):
     return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * p))
 
 
+@value_check
 def check_get_lr_schedule(get_lr) -> None:
     """Warmup, peak, cosine and floor for max_lr=3e-3, warmup 7, total 50, min_lr 3e-4."""
     args = (3e-3, 7, 50, 3e-4)
@@ -247,6 +253,7 @@ def _lr_phases(got: dict, args: tuple) -> str:
 # --------------------------------------------------------------------------- training
 
 
+@value_check
 def check_train_learns(train, get_batch=None) -> None:
     """60 steps on a periodic toy corpus: history shape, and val loss far below ln(V).
 
@@ -256,7 +263,7 @@ def check_train_learns(train, get_batch=None) -> None:
 
 
 def _train_learns(train) -> None:
-    torch.manual_seed(37)
+    manual_seed(37)
     vocab = 7
     local = ReferenceTinyGPT(vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
     model = twin(local, vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
@@ -292,6 +299,7 @@ def _train_learns(train) -> None:
     note_value_checked()
 
 
+@value_check
 def check_training_result(history, model, get_batch=None) -> None:
     """The notebook's trained model, scored here: validation loss below 3.2 (ln 65 = 4.17).
 
@@ -360,6 +368,7 @@ def _fmt(t: torch.Tensor) -> str:
     return "[" + ", ".join(f"{float(v):.3f}" for v in t) + "]"
 
 
+@value_check
 def check_generate_crop(generate) -> None:
     """n_ctx = 5: every input <= 5 tokens and equal to the last 5 of the sequence so far."""
     g = rng(40)
@@ -384,6 +393,7 @@ def check_generate_crop(generate) -> None:
                                "ones).")
 
 
+@value_check
 def check_generate_temperature(generate) -> None:
     """Frequencies within 0.02 of softmax(logits / T) for T = 0.5 and 2; T = 0 raises."""
     logits = torch.tensor([1.5, 0.5, 0.0, -0.5, -1.0], dtype=torch.float64)
@@ -415,6 +425,7 @@ def check_generate_temperature(generate) -> None:
                        "Raise a ValueError (temperature must be > 0).")
 
 
+@value_check
 def check_generate_top_k(generate) -> None:
     """top_k = 3 of 7: exactly the top 3 appear, renormalised; top_k = 100 is clamped."""
     logits = torch.tensor([0.2, 1.4, -0.3, 1.0, 0.9, -1.2, 0.1], dtype=torch.float64)
@@ -441,6 +452,7 @@ def check_generate_top_k(generate) -> None:
                            "vocabulary size.")
 
 
+@value_check
 def check_generate_top_p(generate) -> None:
     """Probabilities (0.45, 0.3, 0.15, 0.07, 0.03), shuffled: top_p 0.6 -> 2 tokens, 0.85 -> 3.
 

@@ -18,8 +18,11 @@ from autograder.checks import (
     compare,
     expect_module,
     expect_tensor,
+    manual_seed,
+    observed_check,
     rng,
     upstream,
+    value_check,
 )
 from course.checking import in_kernel, matches, note_value_checked, record, twin
 from course.device import check_runs_on_any_device
@@ -28,6 +31,7 @@ from course.probes import CachedLM, LogitsOnly
 # --------------------------------------------------------------------------- RMSNorm
 
 
+@value_check
 def check_rmsnorm_matches_torch(RMSNorm) -> None:
     """float64, random gain, eps = 0.1: equal to torch.nn.RMSNorm."""
     d, eps = 10, 0.1
@@ -65,6 +69,7 @@ def check_rmsnorm_matches_torch(RMSNorm) -> None:
 # --------------------------------------------------------------------------- SwiGLU
 
 
+@value_check
 def check_swiglu_values(SwiGLU) -> None:
     """d 6, d_ff 10, float64, injected weights: w_down(silu(w_gate x) * w_up x)."""
     d, d_ff = 6, 10
@@ -128,6 +133,7 @@ def _apply(rope, q, k, positions, label):
     return qr, kr
 
 
+@value_check
 def check_rope_properties(RotaryEmbedding) -> None:
     """Identity at position 0, norms kept, q_m . k_n a function of m - n only."""
     d, max_len = 8, 40
@@ -163,6 +169,7 @@ def check_rope_properties(RotaryEmbedding) -> None:
         raise CheckFailure("all scores are equal: the rotation ignores the positions.")
 
 
+@value_check
 def check_rope_convention(RotaryEmbedding) -> None:
     """4-D inputs at positions (3, 0, 7, 12) vs the complex half-split reference."""
     d, base = 12, 10000.0
@@ -243,6 +250,7 @@ def _rope_first(attns, head_dim: int):
             lambda: all(_rope_right(a.rope, head_dim) for a in attns))
 
 
+@value_check
 def check_cached_attention_matches_full(CachedCausalSelfAttention) -> None:
     """Prefill 5 then decode 1 + 1 == one full causal pass over 7 tokens; caches 5, 6, 7."""
     d, heads, max_len = 24, 3, 16
@@ -317,6 +325,7 @@ def _cached_values(attn, x, w_qkv, w_proj, heads) -> None:
 # --------------------------------------------------------------------------- ModernGPT
 
 
+@observed_check
 def check_modern_gpt_structure(ModernGPT) -> None:
     """Tied head, no position table, RMSNorm/SwiGLU inside, parameter count by formula."""
     vocab, d, heads, layers, max_len, d_ff = 23, 48, 4, 3, 32, 40
@@ -350,10 +359,11 @@ def check_modern_gpt_structure(ModernGPT) -> None:
                            f"+ V·D + D: {hints.get(delta, f'difference {delta:+,}')}.")
 
 
+@value_check
 def check_modern_gpt_cache(ModernGPT) -> None:
     """Prompt of 6 then 2 cached steps == full pass over 8 (float64); causal; any device."""
     vocab = 17
-    torch.manual_seed(55)
+    manual_seed(55)
     model = expect_module(ModernGPT, vocab, d_model=32, num_heads=4, num_layers=2, max_len=16,
                           d_ff=40).double().eval()
     attns = [b.attn for b in getattr(model, "blocks", [])]
@@ -413,6 +423,7 @@ def _greedy_recompute(model, idx, n):
     return idx
 
 
+@value_check
 def check_generate_with_cache_matches(generate_with_cache) -> None:
     """Same tokens as greedy recomputation for 12 new tokens; one token per call after prefill."""
     prompt = torch.randint(0, 13, (3, 5), generator=rng(59))

@@ -7,7 +7,7 @@ here for sizes the notebook never uses.
 
 from __future__ import annotations
 
-from autograder.checks import CheckFailure, call
+from autograder.checks import CheckFailure, call, value_check
 from course.checking import note_value_checked
 
 KEYS = ("weights", "gradients", "optimizer", "total")
@@ -38,6 +38,7 @@ def _why(key: str, got: int, num: int, trainable: int, per_value: int, states: i
     return known.get(key, {}).get(got, "")
 
 
+@value_check
 def check_training_memory(training_memory, lora_params) -> None:
     """Four sizes (frozen values, 16-bit values, one optimizer state) and three LoRA shapes."""
     cases = [(1_000, 1_000, 4, 2), (124_439_808, 294_912, 2, 2), (5_000, 0, 2, 2),

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.checks import CheckFailure, call, compare, expect_module, rng, upstream
+from autograder.checks import CheckFailure, call, compare, expect_module, rng, upstream, value_check
 from autograder.checks.day14 import _cache_len, _rope_first, _rope_reference
 from course.checking import matches
 
@@ -50,6 +50,7 @@ def _rmsnorm_right(norm, width: int) -> bool:
     return matches(norm(x.to(norm.weight.dtype)), _rms(x, gain), rtol=1e-4, atol=1e-5)
 
 
+@value_check
 def check_qk_norm_values(CachedCausalSelfAttention) -> None:
     """qk_norm=True: q_norm/k_norm of width d_k, applied before RoPE; the cache still agrees."""
     d, heads, max_len = 24, 3, 16
