@@ -56,6 +56,7 @@ __all__ = [
     "assert_close",
     "call",
     "compare",
+    "derive",
     "diagnose",
     "expect_module",
     "expect_tensor",

@@ -17,14 +17,21 @@ from autograder.checks import (
     CheckFailure,
     call,
     compare,
+    derive,
     expect_module,
     expect_tensor,
+    expect_unchanged,
+    inject,
     manual_seed,
     observed_check,
+    permutation,
+    randomize,
     rng,
+    trusted,
     trusted_mnist,
     value_check,
 )
+from autograder.checks import reference as ref
 from course.checking import in_kernel, note_value_checked, twin
 from course.device import check_runs_on_any_device
 from course.probes import seeded
@@ -116,7 +123,7 @@ def _build(SequenceClassifier, *args, name="SequenceClassifier", seed=None):
     if seed is None:
         model = expect_module(SequenceClassifier, *args, name=name)
     else:
-        model = call(in_kernel, seeded, seed, SequenceClassifier, *args,
+        model = call(in_kernel, seeded, derive(seed), SequenceClassifier, *args,
                      name=f"{name}{args}")
     missing = [a for a in ATTRIBUTES if not hasattr(model, a)]
     if missing:
@@ -128,69 +135,80 @@ def _build(SequenceClassifier, *args, name="SequenceClassifier", seed=None):
     return model
 
 
-def _forward_variants(model, x):
-    """The contract's forward and classic mistakes, all from the learner's own submodules."""
+def _forward_variants(w: dict, x: torch.Tensor, num_heads: int):
+    """The contract's forward and classic mistakes, on the judge's weights ``w`` (injected
+    into the learner's model, ``pos_encoding.pe`` included)."""
     B = x.size(0)
+    n_layers = len({k.split(".")[1] for k in w if k.startswith("layers.")})
+    pe = w["pos_encoding.pe"]                                    # (1, max_len + 1, C)
     with torch.no_grad():
-        cls = model.cls_token.expand(B, -1, -1)                  # (B, 1, C)
-        proj = model.input_proj(x)                               # (B, T, C)
+        cls = w["cls_token"].expand(B, -1, -1)                   # (B, 1, C)
+        proj = ref.linear(w, "input_proj.", x)                   # (B, T, C)
+
+        def pos(h):
+            return h + pe[:, :h.shape[1]]
+
+        def head(h):
+            return ref.linear(w, "head.", h)
 
         def run(h, final_norm=True):
-            for layer in model.layers:
-                h = layer(h)
-            return model.norm(h) if final_norm else h
+            for i in range(n_layers):
+                h = ref.encoder_layer(w, f"layers.{i}.", h, num_heads)
+            return ref.layer_norm(w, "norm.", h) if final_norm else h
 
-        h = run(model.pos_encoding(torch.cat([cls, proj], 1)))   # (B, T + 1, C)
-        right = model.head(h[:, 0])
+        h = run(pos(torch.cat([cls, proj], 1)))                 # (B, T + 1, C)
+        right = head(h[:, 0])
         variants = {
             "you read the last position: the CLS token is at position 0 (h[:, 0])":
-                model.head(h[:, -1]),
+                head(h[:, -1]),
             "you read position 1 (the first image row): the CLS token is at position 0":
-                model.head(h[:, 1]),
+                head(h[:, 1]),
             "you averaged over the tokens: classify the CLS token's state h[:, 0]":
-                model.head(h.mean(1)),
+                head(h.mean(1)),
             "no positional encoding is added: apply self.pos_encoding to the T + 1 tokens "
-            "(CLS included) before the layers": model.head(run(torch.cat([cls, proj], 1))[:, 0]),
+            "(CLS included) before the layers": head(run(torch.cat([cls, proj], 1))[:, 0]),
             "you added the positional encoding before prepending the CLS token: prepend CLS "
             "first, then add positions to all T + 1 tokens":
-                model.head(run(torch.cat([cls, model.pos_encoding(proj)], 1))[:, 0]),
+                head(run(torch.cat([cls, pos(proj)], 1))[:, 0]),
             "the final LayerNorm is missing: apply self.norm after the last layer":
-                model.head(run(model.pos_encoding(torch.cat([cls, proj], 1)), False)[:, 0]),
+                head(run(pos(torch.cat([cls, proj], 1)), False)[:, 0]),
             "you appended the CLS token at the end: prepend it at position 0":
-                model.head(run(model.pos_encoding(torch.cat([proj, cls], 1)))[:, -1]),
+                head(run(pos(torch.cat([proj, cls], 1)))[:, -1]),
         }
     return right, variants
 
 
 @value_check
 def check_classifier_forward(SequenceClassifier) -> None:
-    """Forward pass = the contract rebuilt from the learner's submodules; CLS at position 0."""
-    manual_seed(0)
+    """Forward pass = the contract on the judge's weights; CLS at position 0."""
     model = _build(SequenceClassifier, 5, 7, 16, 2, 24, 2, 9,
                    name="SequenceClassifier(input_dim=5, num_classes=7, d_model=16, "
                         "num_heads=2, d_ff=24, num_layers=2, max_len=9)")
     model = model.double().eval()
-    with torch.no_grad():   # a distinctive CLS token and head, so every mistake shows
-        model.cls_token.copy_(torch.randn(model.cls_token.shape, generator=rng(82),
-                                          dtype=torch.float64))
-        model.head.weight.copy_(torch.randn(model.head.weight.shape, generator=rng(83),
-                                            dtype=torch.float64) * 0.5)
+    n_layers = len(model.layers)
+    if n_layers != 2:
+        raise CheckFailure(f"num_layers=2 but model.layers has {n_layers} layers.")
+    w = randomize(model, 82)      # a distinctive CLS token and head, so every mistake shows
+    pe_shape = tuple(model.state_dict().get("pos_encoding.pe", torch.empty(0)).shape)
+    if len(pe_shape) != 3 or pe_shape[0] != 1 or pe_shape[1] < 6 or pe_shape[2] != 16:
+        raise CheckFailure("model.pos_encoding should hold its table as the buffer pe of shape "
+                           f"(1, max_len + 1, d_model) (Day 5's contract), got {pe_shape}.")
+    w.update(inject(model, {"pos_encoding.pe": torch.randn(pe_shape, generator=rng(83),
+                                                           dtype=torch.float64)}))
     x = torch.randn(3, 5, 5, generator=rng(84), dtype=torch.float64)   # (B=3, T=5, F=5)
     out = call(model, x, name="SequenceClassifier.forward(x of shape (3, 5, 5))")
     expect_tensor(out, "logits for x of shape (3, 5, 5)", shape=(3, 7))
-    right, variants = _forward_variants(model, x)
+    right, variants = _forward_variants(w, x, num_heads=2)
     compare(out, right, "logits", variants, rtol=1e-6, atol=1e-8,
             hint="the contract: input_proj -> prepend cls_token -> pos_encoding -> layers -> "
                  "norm -> head on position 0.")
     flipped = call(model, x.flip(1), name="SequenceClassifier.forward(rows reversed)")
-    if torch.allclose(flipped, out, atol=1e-6):
-        raise CheckFailure("reversing the order of the rows does not change the logits: the "
-                           "model ignores token order. Add the positional encoding.")
+    expected_flipped, _ = _forward_variants(w, x.flip(1), num_heads=2)
+    compare(flipped, expected_flipped, "logits for the rows reversed", rtol=1e-6, atol=1e-8,
+            hint="the model must use token order: add the positional encoding.")
     one = call(model, x[:1, :1], name="SequenceClassifier.forward(x of shape (1, 1, 5))")
     expect_tensor(one, "logits for a single one-token sequence", shape=(1, 7))
-    n_layers = len(model.layers)
-    if n_layers != 2:
-        raise CheckFailure(f"num_layers=2 but model.layers has {n_layers} layers.")
+    expect_unchanged(model, w)
 
 
 @observed_check
@@ -206,12 +224,16 @@ def _normalize(images: torch.Tensor, mnist) -> torch.Tensor:
     return ((images.float() / 255.0 - mean) / std).reshape(len(images), 28, 28)
 
 
-@value_check
+@observed_check
 def check_init_loss(SequenceClassifier, images_to_rows, mnist, MEAN, STD) -> None:
-    """A fresh model (another size) gives a loss within 0.1 of ln(10) on real digits."""
+    """A fresh model (another size) gives a loss within 0.1 of ln(10) on real digits.
+
+    A model that outputs zeros has that loss too: observed, paid when the forward pass is
+    right (``check_classifier_forward``)."""
     mnist = trusted_mnist()
-    rows = _normalize(mnist.heldout_images[:300], mnist)
-    labels = mnist.heldout_labels[:300]
+    pick = permutation(len(mnist.heldout_labels), 86)[:300]   # 300 digits drawn per submission
+    rows = _normalize(mnist.heldout_images[pick], mnist)
+    labels = mnist.heldout_labels[pick]
     with torch.random.fork_rng():
         manual_seed(8)
         model = _build(SequenceClassifier, 28, 10, 48, 4, 96, 3, 28)
@@ -236,14 +258,15 @@ def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, 
     from course.standins import train_one_epoch
 
     mnist = trusted_mnist()
-    rows = _normalize(mnist.train_images[-16:], mnist)
-    labels = mnist.train_labels[-16:]
+    pick = permutation(len(mnist.train_labels), 87)[:16]      # 16 digits drawn per submission
+    rows = _normalize(mnist.train_images[pick], mnist)
+    labels = mnist.train_labels[pick]
     with torch.random.fork_rng():
         manual_seed(81)
         before = Reference(28, 10, 32, 4, 64, 1, 28)
     reference = twin(before, 28, 10, 32, 4, 64, 1, 28)
     steps = 100
-    losses = call(in_kernel, seeded, 81, overfit_one_batch, reference, rows, labels,
+    losses = call(in_kernel, seeded, derive(81), overfit_one_batch, reference, rows, labels,
                   steps=steps, lr=3e-3,
                   name="overfit_one_batch(model, 16 digits, steps=100, lr=3e-3)")
     if not isinstance(losses, list) or len(losses) != steps:
@@ -262,7 +285,9 @@ def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, 
     # The trained weights, judged here: the reference model loaded with them must fit the batch.
     trained = copy.deepcopy(before)
     with torch.no_grad():
-        trained.load_state_dict({k: v.detach() for k, v in reference.state_dict().items()})
+        # The kernel's trained weights, judged by the judge's own model: what is scored.
+        trained.load_state_dict({k: trusted(v.detach())
+                                 for k, v in reference.state_dict().items()})
         final = float(F.cross_entropy(trained.train()(rows), labels))
     if not (losses[-1] < 0.05 and final < 0.1):
         raise CheckFailure(

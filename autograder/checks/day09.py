@@ -19,6 +19,7 @@ from autograder.checks import (
     call,
     compare,
     expect_tensor,
+    permutation,
     rng,
     trusted_mnist,
     value_check,
@@ -243,8 +244,10 @@ def check_heldout_accuracy(model, heldout_rows, heldout_labels, threshold: float
     """The trained model reaches ``threshold`` on the held-out digits.
 
     The digits are the judge's own copy, normalized with the training split's statistics,
-    with slight noise (the notebook's ``heldout_rows`` and labels are the kernel's word);
-    only the model's logits come from the kernel, and the accuracy is counted here.
+    with slight noise drawn per submission and sent in an order drawn per submission (the
+    notebook's ``heldout_rows`` and labels are the kernel's word, and a "model" that answers
+    the held-out labels in a known order scores nothing); only the model's logits come from
+    the kernel, and the accuracy is counted here.
     """
     mnist = trusted_mnist()
     train = mnist.train_images.double() / 255.0
@@ -252,7 +255,8 @@ def check_heldout_accuracy(model, heldout_rows, heldout_labels, threshold: float
     heldout_rows = ((mnist.heldout_images.float() / 255.0 - mean) / std)   # (N, 28, 28)
     # Slight noise, so that a model that looks the exact held-out images up scores nothing.
     heldout_rows = heldout_rows + 0.05 * torch.randn(heldout_rows.shape, generator=rng(96))
-    heldout_labels = mnist.heldout_labels
+    order = permutation(len(heldout_rows), 97)
+    heldout_rows, heldout_labels = heldout_rows[order], mnist.heldout_labels[order]
     if not isinstance(model, nn.Module):
         raise CheckFailure(f"`model` should be the trained nn.Module, got {type(model)}.")
     model.eval()

@@ -378,3 +378,4 @@ def check_diagnosis(DIAGNOSIS) -> None:
         raise CheckFailure(
             f"{len(_ANSWERS) - len(wrong)} of {len(_ANSWERS)} set-ups named correctly; look "
             f"again at {', '.join(wrong)}. Hints: " + "; ".join(_TELL[k] for k in wrong) + ".")
+    note_value_checked()   # the learner's answers against the judge's own answer key

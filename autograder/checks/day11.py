@@ -1,8 +1,8 @@
 """Hidden tests of Day 11: patchify, PatchEmbedding, VisionTransformer.
 
 Expected patches come from ``Tensor.unfold`` (an independent route to the same layout), the
-patch embedding from ``F.linear`` with the learner's convolution weights reshaped, and the ViT's
-forward from the learner's own submodules recombined by the contract.
+patch embedding from ``F.linear`` with the judge's convolution weights reshaped, and the ViT's
+forward from the contract on the weights the judge injected (``randomize``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ from autograder.checks import (
     compare,
     expect_module,
     expect_tensor,
+    expect_unchanged,
+    inject,
     manual_seed,
+    matches,
     observed_check,
+    randomize,
     rng,
+    upstream,
     value_check,
 )
+from autograder.checks import reference as ref
 from course.device import check_runs_on_any_device
 
 VIT_ATTRIBUTES = ("patch_embed", "cls_token", "pos_embedding", "layers", "norm", "head")
@@ -91,17 +97,19 @@ def check_patch_embedding(PatchEmbedding) -> None:
         raise CheckFailure(f"proj has kernel_size {proj.kernel_size} and stride {proj.stride}: "
                            "both must equal patch_size so the patches do not overlap.")
     embed = embed.double()
+    w = randomize(embed, 110)
     images = torch.randn(2, 3, 8, 12, generator=rng(111), dtype=torch.float64)
     out = call(embed, images, name="PatchEmbedding(images (2, 3, 8, 12))")
     expect_tensor(out, "PatchEmbedding output", shape=(2, 6, 10))
     with torch.no_grad():
-        weight = proj.weight.reshape(10, -1)                      # (d_model, C*P*P)
-        expected = F.linear(_patches(images, 4), weight, proj.bias)
-        column = F.linear(_patches(images, 4, column_major=True), weight, proj.bias)
+        weight = w["proj.weight"].reshape(10, -1)                 # (d_model, C*P*P)
+        expected = F.linear(_patches(images, 4), weight, w["proj.bias"])
+        column = F.linear(_patches(images, 4, column_major=True), weight, w["proj.bias"])
     compare(out, expected, "PatchEmbedding output",
             {"the patches come out in column-major order: flatten the (gh, gw) grid with "
              "flatten(2) and then transpose(1, 2)": column},
             rtol=1e-7, atol=1e-9)
+    expect_unchanged(embed, w)
 
 
 def _vit(VisionTransformer):
@@ -128,44 +136,60 @@ def _vit(VisionTransformer):
     return model
 
 
+def _patch_embedding_right(model, w) -> bool:
+    """Whether the learner's PatchEmbedding (inside the ViT) is right on the judge's weights."""
+    images = torch.randn(1, 2, 12, 12, generator=rng(115), dtype=torch.float64)
+    expected = F.linear(_patches(images, 4), w["patch_embed.proj.weight"].reshape(16, -1),
+                        w["patch_embed.proj.bias"])
+    return matches(model.patch_embed(images), expected, rtol=1e-7, atol=1e-9)
+
+
 @value_check
 def check_vit_forward(VisionTransformer) -> None:
-    """Forward = the contract rebuilt from the learner's submodules; CLS at position 0."""
-    manual_seed(0)
+    """Forward = the contract on the judge's weights; CLS at position 0."""
     model = _vit(VisionTransformer).double().eval()
-    with torch.no_grad():
-        model.cls_token.copy_(torch.randn(1, 1, 16, generator=rng(112), dtype=torch.float64))
-        model.head.weight.mul_(25.0)
+    w = randomize(model, 112)
+    with torch.no_grad():       # a distinctive head, so every mistake shows
+        w.update(inject(model, {"head.weight": w["head.weight"] * 25.0}))
     images = torch.randn(3, 2, 12, 12, generator=rng(113), dtype=torch.float64)
     out = call(model, images, name="VisionTransformer(images (3, 2, 12, 12))")
     expect_tensor(out, "ViT logits", shape=(3, 5))
+    n_layers = len({k.split(".")[1] for k in w if k.startswith("layers.")})
     with torch.no_grad():
-        tokens = model.patch_embed(images)                                   # (3, 9, 16)
-        cls = model.cls_token.expand(3, -1, -1)
+        tokens = F.linear(_patches(images, 4), w["patch_embed.proj.weight"].reshape(16, -1),
+                          w["patch_embed.proj.bias"])                          # (3, 9, 16)
+        cls = w["cls_token"].expand(3, -1, -1)
+        pos = w["pos_embedding"]
+
+        def head(h):
+            return ref.linear(w, "head.", h)
 
         def run(h, final_norm=True):
-            for layer in model.layers:
-                h = layer(h)
-            return model.norm(h) if final_norm else h
+            for i in range(n_layers):
+                h = ref.encoder_layer(w, f"layers.{i}.", h, 2)
+            return ref.layer_norm(w, "norm.", h) if final_norm else h
 
-        h = run(torch.cat([cls, tokens], 1) + model.pos_embedding)           # (3, 10, 16)
-        right = model.head(h[:, 0])
+        h = run(torch.cat([cls, tokens], 1) + pos)                          # (3, 10, 16)
+        right = head(h[:, 0])
         variants = {
             "you read the last position: the CLS token is at position 0 (h[:, 0])":
-                model.head(h[:, -1]),
+                head(h[:, -1]),
             "you read position 1 (the first patch): the CLS token is at position 0":
-                model.head(h[:, 1]),
-            "you averaged over the tokens: classify the CLS state h[:, 0]": model.head(h.mean(1)),
+                head(h[:, 1]),
+            "you averaged over the tokens: classify the CLS state h[:, 0]": head(h.mean(1)),
             "the position embedding is not added: add self.pos_embedding to the N + 1 tokens":
-                model.head(run(torch.cat([cls, tokens], 1))[:, 0]),
+                head(run(torch.cat([cls, tokens], 1))[:, 0]),
             "the final LayerNorm is missing: apply self.norm after the last layer":
-                model.head(run(torch.cat([cls, tokens], 1) + model.pos_embedding, False)[:, 0]),
+                head(run(torch.cat([cls, tokens], 1) + pos, False)[:, 0]),
             "you appended the CLS token at the end: prepend it at position 0":
-                model.head(run(torch.cat([tokens, cls], 1) + model.pos_embedding)[:, -1]),
+                head(run(torch.cat([tokens, cls], 1) + pos)[:, -1]),
         }
-    compare(out, right, "ViT logits", variants, rtol=1e-6, atol=1e-8,
-            hint="the contract: patch_embed -> prepend cls_token -> + pos_embedding -> layers "
-                 "-> norm -> head on position 0.")
+    with upstream(("your PatchEmbedding fails day11_patch_embedding_equivalence",
+                   lambda: _patch_embedding_right(model, w))):
+        compare(out, right, "ViT logits", variants, rtol=1e-6, atol=1e-8,
+                hint="the contract: patch_embed -> prepend cls_token -> + pos_embedding -> "
+                     "layers -> norm -> head on position 0.")
+    expect_unchanged(model, w)
 
 
 @observed_check

@@ -15,11 +15,13 @@ from autograder.checks import (
     expect_module,
     expect_tensor,
     observed_check,
+    randomize,
     rng,
     upstream,
     value_check,
 )
-from course.checking import matches
+from autograder.checks import reference as ref
+from course.checking import matches, note_value_checked
 from course.device import check_runs_on_any_device
 
 
@@ -54,6 +56,7 @@ def check_causal_mask_values(causal_mask) -> None:
         hint = next((m for m, wrong in mistakes.items() if torch.equal(got, wrong)),
                     "entry [i, j] must be True exactly when j <= i")
         raise CheckFailure(f"causal_mask({n}) is wrong: {hint}.\nGot:\n{got.int()}")
+    note_value_checked()     # every mask equals the judge's own torch.tril
     got = call(causal_mask, 3, device="meta", name="causal_mask(3, device='meta')")
     if not isinstance(got, torch.Tensor) or got.device.type != "meta":
         raise CheckFailure("causal_mask(3, device='meta') did not create the mask on the "
@@ -206,7 +209,7 @@ def _attention_values(attn, x, w_qkv, w_proj, heads) -> None:
 
 @value_check
 def check_block_pre_ln(Block) -> None:
-    """Block(x) == x + attn(ln1(x)), then + mlp(ln2(.)), from its own sub-modules."""
+    """Block(x) == x + attn(ln1(x)), then + mlp(ln2(.)), on the judge's weights."""
     d, heads, n_ctx = 16, 2, 12
     block = expect_module(Block, d, heads, n_ctx)
     for name in ("ln1", "attn", "ln2", "mlp"):
@@ -225,31 +228,63 @@ def check_block_pre_ln(Block) -> None:
         _with_right_mask(lambda: _block_values(block, d), block, n_ctx)
 
 
+def _mlp_linears(w: dict, prefix: str) -> list[str]:
+    """The prefixes of the two Linear layers of ``prefix + "mlp."`` (nn.Sequential indices)."""
+    idx = sorted({int(k[len(prefix) + 4:].split(".")[0]) for k in w
+                  if k.startswith(prefix + "mlp.") and k.endswith(".weight")})
+    return [f"{prefix}mlp.{i}." for i in idx]
+
+
+def _block_ref(w: dict, prefix: str, x: torch.Tensor, heads: int,
+               variant: str = "") -> torch.Tensor:
+    """Day 12's Pre-LN block on the judge's weights: x + attn(ln1(x)), then + mlp(ln2(.));
+    ``variant`` makes a classic mistake ("post", "no-res", "ln1-twice")."""
+    first, second = _mlp_linears(w, prefix)
+
+    def ln(name, t):
+        return ref.layer_norm(w, f"{prefix}{name}.", t)
+
+    def attn(t):
+        return _reference_attention(t, w[f"{prefix}attn.qkv.weight"],
+                                    w[f"{prefix}attn.proj.weight"], heads)
+
+    def mlp(t):
+        return ref.linear(w, second, F.gelu(ref.linear(w, first, t)))
+
+    if variant == "post":
+        h = ln("ln1", x + attn(x))
+        return ln("ln2", h + mlp(h))
+    if variant == "no-res":
+        return mlp(ln("ln2", attn(ln("ln1", x))))
+    h = x + attn(ln("ln1", x))
+    return h + mlp(ln("ln1" if variant == "ln1-twice" else "ln2", h))
+
+
 def _block_values(block, d) -> None:
-    g = rng(13)
+    w = randomize(block, 13)
+    x = torch.randn(3, 5, d, generator=rng(18), dtype=torch.float64)
     with torch.no_grad():
-        for ln in (block.ln1, block.ln2):
-            if isinstance(ln, nn.LayerNorm) and ln.elementwise_affine:
-                ln.weight.copy_(1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64))
-                ln.bias.copy_(0.3 * torch.randn(d, generator=g, dtype=torch.float64))
-        x = torch.randn(3, 5, d, generator=g, dtype=torch.float64)
         out = call(block, x, name="Block(16, 2, 12)(x of shape (3, 5, 16))")
-        a = lambda t: block.attn(t)  # noqa: E731
-        h = x + a(block.ln1(x))
-        expected = h + block.mlp(block.ln2(h))
-        post = block.ln1(x + a(x))
-        post = block.ln2(post + block.mlp(post))
-        no_res = block.mlp(block.ln2(a(block.ln1(x))))
-        one_ln = x + a(block.ln1(x))
-        one_ln = one_ln + block.mlp(block.ln1(one_ln))
+        expected = _block_ref(w, "", x, 2)
         candidates = {
             "this is Post-LN, ln(x + sublayer(x)): normalise the sub-layer's input instead, "
-            "x + attn(ln1(x))": post,
+            "x + attn(ln1(x))": _block_ref(w, "", x, 2, "post"),
             "the residual connections are missing: add the input back, x = x + attn(ln1(x))":
-                no_res,
-            "you used ln1 twice: the MLP branch must use ln2": one_ln,
+                _block_ref(w, "", x, 2, "no-res"),
+            "you used ln1 twice: the MLP branch must use ln2": _block_ref(w, "", x, 2,
+                                                                          "ln1-twice"),
         }
     compare(out, expected, "Block output", candidates, rtol=1e-7, atol=1e-9)
+
+
+def _tinygpt_ref(w: dict, idx: torch.Tensor, heads: int) -> torch.Tensor:
+    """TinyGPT's logits (B, N, vocab) on the judge's weights: tok + pos, the blocks, ln_f,
+    head."""
+    n = idx.shape[1]
+    h = F.embedding(idx, w["tok.weight"]) + w["pos.weight"][:n]            # (B, N, D)
+    for i in range(len({k.split(".")[1] for k in w if k.startswith("blocks.")})):
+        h = _block_ref(w, f"blocks.{i}.", h, heads)
+    return F.linear(ref.layer_norm(w, "ln_f.", h), w["head.weight"])       # (B, N, vocab)
 
 
 def _double(model: nn.Module) -> nn.Module:
@@ -258,7 +293,8 @@ def _double(model: nn.Module) -> nn.Module:
 
 @value_check
 def check_tinygpt_causal(TinyGPT) -> None:
-    """Changing tokens after t leaves logits at <= t unchanged (float64, atol 1e-9)."""
+    """Changing tokens after t leaves logits at <= t unchanged (float64, atol 1e-9), and the
+    logits equal the contract (tok + pos, Pre-LN blocks, ln_f, head) on the judge's weights."""
     vocab, n, t = 13, 11, 4
     model = _double(expect_module(TinyGPT, vocab, d_model=32, num_heads=4, num_layers=2,
                                   n_ctx=16))
@@ -267,6 +303,7 @@ def check_tinygpt_causal(TinyGPT) -> None:
 
 
 def _causal(model, vocab, n, t) -> None:
+    w = randomize(model, 19)
     g = rng(14)
     idx = torch.randint(0, vocab, (2, n), generator=g)
     changed = idx.clone()
@@ -287,6 +324,10 @@ def _causal(model, vocab, n, t) -> None:
     if float(diff[t + 1:].max()) < 1e-9:
         raise CheckFailure("changing tokens after position t changed no logit at all after t: "
                            "does forward use idx (tok embedding) at every position?")
+    with torch.no_grad():
+        expected = _tinygpt_ref(w, idx, 4)
+    compare(a, expected, "TinyGPT logits", rtol=1e-6, atol=1e-8,
+            hint="the contract: tok(idx) + pos(arange(N)), the blocks, ln_f, then head.")
 
 
 def _expected_count(vocab: int, d: int, layers: int, n_ctx: int) -> int:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from autograder.checks import (
     CheckFailure,
     call,
+    derive,
     expect_tensor,
     manual_seed,
     rng,
@@ -269,7 +270,7 @@ def _train_learns(train) -> None:
     model = twin(local, vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
     pattern = torch.tensor([0, 3, 1, 4, 1, 5, 2, 6, 5, 3])
     data = pattern.repeat(60)
-    hist = call(in_kernel, seeded, 37, train, model, data[:500], data[500:], steps=60,
+    hist = call(in_kernel, seeded, derive(37), train, model, data[:500], data[500:], steps=60,
                 batch_size=8, block_size=16, max_lr=1e-2, warmup_steps=5, eval_every=25,
                 eval_iters=2, generator=generator(38),
                 name="train(stand-in model, periodic data, steps=60, eval_every=25)")
