@@ -10,6 +10,8 @@ Commands:
     report       class report: score distributions, pass rates, frequent diagnoses
     verify       prove the hidden tests: reference 100%, blank 0, every mutant caught
     demo         grade the reference solutions and the blank release notebooks of every day
+    fetch-data   fetch and verify the course's datasets into the cache (grade, verify and demo
+                 first check that the datasets, the sandbox and the grading template are ready)
     author F NB  turn a plain-text notebook (see autograder/authoring.py) into a source notebook
     selfcheck NB grade one learner notebook with the hidden tests, offline (notebook untouched)
     progress     the 14 days with the points of each day's latest self-check
@@ -73,6 +75,11 @@ def _print_results(results: list[pipeline.Result], days: list[str], csv: Path | 
         if unpaid:
             print(f"{len(unpaid)} tampered submission(s) pay 0 until you accept them, after "
                   "reading the evidence: python -m autograder accept STUDENT DAY")
+    faults = sum(r.status == "environment-error" for r in results)
+    if faults:
+        print(f"{faults} environment-error result(s): the grader's fault, not the student's; "
+              "nothing charged (empty in grades.csv). Fix what each says, then grade again: "
+              "they are graded again, unchanged results are kept.")
 
 
 def _cmd_accept(args: argparse.Namespace) -> int:
@@ -138,6 +145,14 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         print("warning: --no-sandbox: student code runs with your permissions, sees the hidden "
               "tests and can reach the network; grade only notebooks you trust.",
               file=sys.stderr)
+    from autograder import preflight
+
+    ready = days
+    if args.submissions.is_dir():  # the days there are (a zip is unpacked by grade)
+        ready = sorted({d for _, d, _ in pipeline.discover(args.submissions, days,
+                                                           args.student)})
+    if ready:
+        preflight.check(root, ready, sandbox=not args.no_sandbox)
     problems: list[str] = []
     progress = None if args.quiet else Progress("graded")
     results = pipeline.grade(root, args.submissions, days=days, students=args.student,
@@ -178,9 +193,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from autograder import preflight
     from autograder.verify import verify
 
     root = pipeline.find_root(args.root)
+    preflight.check(root, pipeline.resolve_days(root, args.day),
+                    sandbox=bool(getattr(args, "sandbox", False)))
     progress = Progress("verified")
     report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant,
                     sandbox=bool(getattr(args, "sandbox", False)), progress=progress)
@@ -202,9 +220,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import shutil
 
+    from autograder import preflight
+
     root = pipeline.find_root(args.root)
     days = pipeline.resolve_days(root, args.day)
     out = args.output or Path("grading") / "demo"
+    preflight.check(root, days, sandbox=bool(args.sandbox))
     with tempfile.TemporaryDirectory(prefix="tfs-demo-") as tmp:
         subs = Path(tmp)
         for student, top in (("reference", "solutions"), ("blank", "release")):
@@ -224,6 +245,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     _print_results(results, days, out / "grades.csv")
     print(f"graded {len(results)} notebooks in {time.monotonic() - t0:.1f} s "
           f"with {args.jobs or os.cpu_count()} workers")
+    return 0
+
+
+def _cmd_fetch_data(args: argparse.Namespace) -> int:
+    from autograder import preflight
+    from course import data
+
+    names = [n for n in data.REGISTRY if args.optional or n in data.SHIPPED]
+    problems = preflight.fetch_problems(names)
+    for name in names:
+        entry = data.REGISTRY[name]
+        if not any(f"({entry.filename})" in p for p in problems):
+            print(f"{name}: verified ({entry.checksum}), "
+                  f"{data.cache_dir() / entry.dataset / entry.filename}")
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    if problems:
+        print(preflight.DATASET_FIX, file=sys.stderr)
+        return 1
+    print(f"the datasets are in {data.cache_dir()} (set {data.CACHE_ENV} to use another); "
+          "grading kernels see them read-only")
     return 0
 
 
@@ -323,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sandbox", action="store_true",
                    help="grade in the bubblewrap sandbox (default: off, trusted notebooks)")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("fetch-data", help="fetch and verify the datasets into the cache")
+    p.add_argument("--optional", action="store_true",
+                   help="also the optional data: the MNIST training set and CIFAR-10 (180 MB)")
+    p.set_defaults(func=_cmd_fetch_data)
 
     p = sub.add_parser("author", help="plain-text notebook -> nbgrader source notebook")
     p.add_argument("text", type=Path)

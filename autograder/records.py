@@ -109,7 +109,8 @@ def write_csv(results: list[Result], days: list[str], path: Path,
     """One row per student, one column per day (points), plus total and max.
 
     A ``tampered`` result pays 0 unless ``accepted`` holds its (student, day, key)
-    (:mod:`autograder.acceptance`; ``python -m autograder accept``).
+    (:mod:`autograder.acceptance`; ``python -m autograder accept``). An ``environment-error``
+    (the grader's fault) leaves its cell empty, not graded yet: it neither pays nor costs.
     """
     import csv
 
@@ -125,6 +126,8 @@ def write_csv(results: list[Result], days: list[str], path: Path,
         w.writerow(["student_id", *days, "total", "max_total"])
         for s in students:
             row = [by_key.get((s, d)) for d in days]
+            row = [None if r is not None and r.status == "environment-error" else r
+                   for r in row]
             w.writerow([s, *(f"{paid(r, accepted):g}" if r else "" for r in row),
                         f"{sum(paid(r, accepted) for r in row if r):g}",
                         f"{sum(r.max_score for r in row if r):g}"])

@@ -147,9 +147,102 @@ MEMORY_WORDS = ("can't allocate memory", "cannot allocate memory", "not enough m
                 "out of memory", "std::bad_alloc", "memoryerror")
 
 
-def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str
-                 ) -> tuple[str, list[str]]:
-    """The status of a notebook that nbgrader executed, and the reasons behind it."""
+# Errors of course.data: a dataset did not load. The grading machine's fault when this machine
+# confirms it; anyone's code can raise an exception of that name.
+DATA_ERRORS = ("DatasetUnavailable", "DatasetError")
+
+
+def _compact(text: str, n: int = 400) -> str:
+    """An error message on one line: its first line and the line of its errors
+    (course.data's messages also list where they looked and how to get a copy)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    kept = lines[:1] + [ln for ln in lines[1:] if ln.startswith("errors:")]
+    return " ".join(" ".join(kept).split())[:n]
+
+
+def _dataset_errors(graded: nbformat.NotebookNode, judged: dict
+                    ) -> tuple[list[str], list[tuple[str, str]]]:
+    """(what the judge's own process failed at, [(where, error)] of every dataset error the
+    notebook's cells raised or a check reported)."""
+    trusted, said = [], []
+    for i, cell in enumerate(graded.cells, 1):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            continue  # a test cell's outputs are the judge's verdict, read below
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and out.get("ename") in DATA_ERRORS:
+                said.append((f"cell {i}", f"{out.get('ename')}: {out.get('evalue', '')}"))
+    for gid, verdict in judged.items():
+        message = str(verdict.get("message", ""))
+        if verdict.get("internal"):  # the judge's own failure, said by the judge itself
+            trusted.append(f"{gid}: {_compact(message)}")
+        elif message.startswith(tuple(f"{name}: " for name in DATA_ERRORS)):
+            said.append((gid, message))
+    return trusted, said
+
+
+def environment_faults(graded: nbformat.NotebookNode, judged: dict, data_check=None
+                       ) -> tuple[list[str], list[str]]:
+    """(faults of the grading machine, flags) that a graded notebook and its verdicts show.
+
+    A fault is what the judge says its own process failed at (a verdict's ``internal``: a bug
+    of the grader, the judge's trusted copy of a dataset that did not load), or a
+    DatasetUnavailable/DatasetError of a cell or a check naming a dataset of the course's main
+    path that ``data_check(names)`` (the problems of those registry files as the kernel sees
+    them, checked here; default: this machine's offline copies) confirms. When the machine's
+    copies verify, the error is the notebook's doing: graded, and flagged for review. An
+    optional dataset (CIFAR-10, the full MNIST) that did not load is only said.
+    """
+    from autograder import preflight
+    from course.data import SHIPPED
+
+    trusted, said = _dataset_errors(graded, judged)
+    faults = [f"the judge could not run a check on this machine: {t}" for t in trusted]
+    notes = []
+    names = {text: preflight.named_files(text) for _, text in said}
+    main = sorted({f for files in names.values() for f in files if f in SHIPPED})
+    if data_check is None:
+        def data_check(files):
+            return preflight.fetch_problems(files, offline=True)
+    problems = data_check(main) if main else []
+    for where, text in said:
+        if not any(f in SHIPPED for f in names[text]):
+            notes.append(f"optional data was unavailable while grading ({where}: "
+                         f"{_compact(text, 200)}); no test needs it")
+        elif not problems:
+            notes.append(f"review: {where} raised {_compact(text, 200)}, although this "
+                         "machine's copy of the data verifies (the notebook's own doing?)")
+        else:
+            faults.append(f"dataset unavailable while grading ({where}: {_compact(text)})")
+    if faults and problems:
+        faults.append("on this machine: " + "; ".join(problems))
+    return faults, notes
+
+
+def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str,
+                 data_check=None) -> tuple[str, list[str]]:
+    """The status of a notebook that nbgrader executed, and the reasons behind it.
+
+    ``environment-error`` first (:func:`environment_faults`: what failed and its fix; nothing
+    the notebook earned is paid, and the next ``grade`` grades it again), then the limits'.
+    """
+    from autograder.preflight import DATASET_FIX, RERUN
+
+    faults, notes = environment_faults(graded, events.get("judged") or {}, data_check)
+    if faults:
+        data = any(n in f for f in faults for n in DATA_ERRORS)
+        fix = DATASET_FIX if data else ("fix: what it says (a bug of the grader: its check in "
+                                         "autograder/checks)")
+        return "environment-error", [
+            "the grader or its machine failed, not the notebook: " + "; ".join(faults)
+            + f"; {fix}; {RERUN}"]
+    status, reasons = _run_status(events, graded, kernel_log)
+    return status, reasons + notes
+
+
+def _run_status(events: dict, graded: nbformat.NotebookNode, kernel_log: str
+                ) -> tuple[str, list[str]]:
+    """The status that a notebook's run (its kernel's death, time, memory) gives."""
     mem_words = MEMORY_WORDS
     mem = []
     for cell in graded.cells:

@@ -264,6 +264,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     from nbgrader.converters import Autograde
 
     from autograder import cgroups, execute, kernel_files
+    from autograder.preflight import RERUN, kernel_data_problems
 
     try:
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers-from-scratch") as gb:
@@ -279,7 +280,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
                         f"finish: {type(exc).__name__}: {str(exc)[:1200]}; kernel log: {log}")
         return done("environment-error",
                     detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:1200]}"
-                           + (f"; kernel log: {log}" if log else ""))
+                           + (f"; kernel log: {log}" if log else "") + f"; {RERUN}")
     finally:
         if settings.get("cgroup_parent"):
             cgroups.cleanup_cgroups(settings["cgroup_parent"])
@@ -288,7 +289,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
     text = kernel_files.read_capped(out_nb, limit + 1).decode("utf-8", "replace")
     if not text:
         return done("environment-error", detail="nbgrader produced no autograded notebook; "
-                    "kernel log: " + _tail(private / "kernel.log"))
+                    "kernel log: " + _tail(private / "kernel.log") + f"; {RERUN}")
     if len(text) > limit:
         return done("environment-error", detail="the autograded notebook is larger than "
                     f"{limit // 1024**2} MiB despite the output cap")
@@ -308,7 +309,10 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
         events["exit"] = json.loads(kernel_files.read_capped(private / "exit.json", 4096) or b"{}")
     except ValueError:
         events["exit"] = {}
-    status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000))
+    status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000),
+                                 lambda names: kernel_data_problems(names, sandboxed))
+    if status == "environment-error":
+        score = 0.0  # the machine's fault: nothing charged or paid until graded again
     flags += dup_flags + review
     detail = "; ".join(flags[:5])
     return done(status, score, tests, detail, flags, text)

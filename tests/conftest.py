@@ -22,6 +22,19 @@ def root() -> Path:
     return ROOT
 
 
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails, as on a machine without network."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("network unreachable (refused by the test)")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
 @pytest.fixture(scope="session")
 def fresh_python():
     """Run ``code`` in a new interpreter (this one's executable); returns the CompletedProcess.

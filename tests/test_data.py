@@ -246,17 +246,6 @@ def test_does_a_missing_file_on_the_server_count_as_unavailable(cache, server):
 # ---------------------------------------------------------------------------------------------
 # The copy shipped with the course (course/datasets/)
 
-@pytest.fixture
-def no_network(monkeypatch):
-    """Any attempt to open a connection fails, as on a machine without network."""
-    def refuse(*args, **kwargs):
-        raise OSError("network unreachable (refused by the test)")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-
-
 def test_do_the_shipped_files_match_the_registry_and_say_where_they_come_from():
     """Is each shipped file the registry's content (checksum of the decompressed bytes), and
     does the README beside them give its checksum, source, attribution and licence?"""
