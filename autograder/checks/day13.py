@@ -18,7 +18,9 @@ from autograder.checks import (
     derive,
     expect_tensor,
     manual_seed,
+    observed_check,
     rng,
+    trusted,
     trusted_tinyshakespeare,
     upstream,
     value_check,
@@ -118,6 +120,7 @@ def check_get_batch_shift(get_batch) -> None:
     if not torch.equal(a, b):
         raise CheckFailure("two calls with generators of the same seed gave different batches: "
                            "pass generator=generator to torch.randint.")
+    note_value_checked()   # the windows against the judge's data
 
 
 def _get_batch_first(get_batch):
@@ -286,7 +289,8 @@ def _train_learns(train) -> None:
         raise CheckFailure(f"history['val_loss'] should hold 3 finite numbers, got {vals}.")
     # The trained weights, judged here: validation loss of the judge's own copy.
     with torch.no_grad():
-        local.load_state_dict({k: v.detach() for k, v in model.state_dict().items()})
+        # The kernel's trained weights, judged by the judge's own model: what is scored.
+        local.load_state_dict({k: trusted(v.detach()) for k, v in model.state_dict().items()})
         local.eval()
         windows = data[500:].unfold(0, 17, 7)                          # (N, 17)
         logits = local(windows[:, :16])                                # (N, 16, V)
@@ -305,9 +309,13 @@ def check_training_result(history, model, get_batch=None) -> None:
     """The notebook's trained model, scored here: validation loss below 3.2 (ln 65 = 4.17).
 
     The loss is measured by the judge on windows of its own copy of Tiny Shakespeare's
-    validation split (the last 10%, characters numbered in sorted order); only the model's
-    logits come from the kernel. The notebook's history is read for the message only. With
-    ``get_batch``, a failure caused by a wrong ``get_batch`` says so first.
+    validation split (the last 10%, characters numbered in sorted order), 64 characters long
+    (the judge's choice, not the model's ``n_ctx``; every profile's TinyGPT takes 64) at
+    places drawn per submission; only the model's logits come from the kernel. The model must
+    be causal: the same windows with the characters from a position drawn per submission on
+    replaced must leave the logits before it unchanged (a model that reads the next character
+    scores nothing). The notebook's history is read for the message only. With ``get_batch``,
+    a failure caused by a wrong ``get_batch`` says so first.
     """
     with _get_batch_first(get_batch):
         _training_result(history, model)
@@ -325,16 +333,27 @@ def _training_result(history, model) -> None:
     vocab, block = len(chars), 64
     if not isinstance(model, torch.nn.Module):
         raise CheckFailure(f"`model` should be the trained TinyGPT, got {type(model)}.")
-    n_ctx = getattr(model, "n_ctx", block)
-    block = min(block, n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else block
-    starts = torch.randint(0, len(val) - block - 1, (16,), generator=rng(39))
+    g = rng(39)
+    starts = torch.randint(0, len(val) - block - 1, (16,), generator=g)
     ids = torch.tensor([[chars.index(c) for c in val[s:s + block + 1]] for s in starts.tolist()])
+    cut = int(torch.randint(8, block - 8, (1,), generator=g))
+    changed = ids[:, :-1].clone()                                       # (16, block)
+    changed[:, cut:] = torch.randint(0, vocab, (16, block - cut), generator=g)
     was_training = bool(model.training)
     model.eval()
     logits = call(in_kernel, predict, model, ids[:, :-1],
                   name="model(validation windows of 64 characters)")
+    other = call(in_kernel, predict, model, changed,
+                 name="model(the same windows, later characters replaced)")
     model.train(was_training)
     expect_tensor(logits, "logits of the validation windows", shape=(16, block, vocab))
+    expect_tensor(other, "logits of the changed windows", shape=(16, block, vocab))
+    leak = float((logits[:, :cut] - other[:, :cut]).abs().max())
+    if leak > 1e-3 * (1 + float(logits[:, :cut].abs().max())):
+        raise CheckFailure(f"the trained model is not causal: replacing the characters from "
+                           f"position {cut} on changed its logits at earlier positions (by up "
+                           f"to {leak:.3g}). A language model may only read the past: check the "
+                           "causal mask in every block.")
     loss = float(F.cross_entropy(logits.reshape(-1, vocab).double(), ids[:, 1:].reshape(-1)))
     limit = 3.2
     if not loss <= limit:
@@ -369,7 +388,7 @@ def _fmt(t: torch.Tensor) -> str:
     return "[" + ", ".join(f"{float(v):.3f}" for v in t) + "]"
 
 
-@value_check
+@observed_check
 def check_generate_crop(generate) -> None:
     """n_ctx = 5: every input <= 5 tokens and equal to the last 5 of the sequence so far."""
     g = rng(40)
@@ -392,6 +411,7 @@ def check_generate_crop(generate) -> None:
                                f"n_ctx tokens so far {want.tolist()}: crop with "
                                "idx[:, -model.n_ctx:] (the most recent tokens, not the first "
                                "ones).")
+    note_value_checked()
 
 
 @value_check
@@ -415,6 +435,11 @@ def check_generate_temperature(generate) -> None:
             hint = "sample from softmax(logits / temperature)"
         raise CheckFailure(f"at temperature {temperature} the frequencies over {DRAWS} draws "
                            f"were {_fmt(freq)}, expected {_fmt(want)} (±{TOL}): {hint}.")
+    note_value_checked()     # the sampled frequencies against the judge's softmax
+    _temperature_zero_raises(generate, logits)
+
+
+def _temperature_zero_raises(generate, logits) -> None:
     try:
         generate(_recorder(logits), torch.zeros(1, 1, dtype=torch.long), 1, temperature=0.0)
     except ValueError:
@@ -451,6 +476,7 @@ def check_generate_top_k(generate) -> None:
         raise CheckFailure(f"with top_k=100 > vocabulary 7 the frequencies were {_fmt(freq)}, "
                            f"expected the full distribution {_fmt(want)}: clamp k to the "
                            "vocabulary size.")
+    note_value_checked()
 
 
 @value_check
@@ -482,3 +508,4 @@ def check_generate_top_p(generate) -> None:
                    "mass first reaches p; scatter the mask back to the original token order"
         raise CheckFailure(f"with top_p={p} the frequencies were {_fmt(freq)}, expected "
                            f"{_fmt(want)} (±{TOL}, {kept} token(s) kept): {hint}.")
+    note_value_checked()

@@ -18,8 +18,10 @@ from autograder.checks import (
     compare,
     expect_module,
     expect_tensor,
+    inject,
     manual_seed,
     observed_check,
+    randomize,
     rng,
     upstream,
     value_check,
@@ -43,14 +45,13 @@ def check_rmsnorm_matches_torch(RMSNorm) -> None:
     if any(n != "weight" for n, _ in norm.named_parameters()):
         raise CheckFailure("RMSNorm has only a gain `weight`: no bias (that is LayerNorm).")
     g = rng(50)
-    with torch.no_grad():
-        weight.copy_(1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64))
+    w = inject(norm, {"weight": 1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)}
+               )["weight"]
     x = 2 + 3 * torch.randn(2, 3, d, generator=g, dtype=torch.float64)   # non-zero mean
     out = call(norm, x, name="RMSNorm(10, eps=0.1)(x of shape (2, 3, 10))")
     ref = nn.RMSNorm(d, eps=eps).double()
     with torch.no_grad():
-        ref.weight.copy_(weight)
-    w = weight.detach()
+        ref.weight.copy_(w)
     ms = x.pow(2).mean(-1, keepdim=True)
     centred = x - x.mean(-1, keepdim=True)
     candidates = {
@@ -377,7 +378,27 @@ def check_modern_gpt_cache(ModernGPT) -> None:
     check_runs_on_any_device(in_kernel(LogitsOnly, small), lambda: (tokens,), "ModernGPT")
 
 
+def _rms(x: torch.Tensor, gain: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain
+
+
+def _modern_gpt_ref(w: dict, idx: torch.Tensor, heads: int) -> torch.Tensor:
+    """ModernGPT's logits (B, N, vocab) on the judge's weights: tok, per block RMSNorm ->
+    causal attention with RoPE -> residual, RMSNorm -> SwiGLU -> residual, then norm_f and the
+    head tied to tok."""
+    h = F.embedding(idx, w["tok.weight"])                                  # (B, N, D)
+    for i in range(len({k.split(".")[1] for k in w if k.startswith("blocks.")})):
+        p = f"blocks.{i}."
+        h = h + _reference_attention(_rms(h, w[p + "norm1.weight"]), w[p + "attn.qkv.weight"],
+                                     w[p + "attn.proj.weight"], heads)
+        z = _rms(h, w[p + "norm2.weight"])
+        h = h + F.linear(F.silu(F.linear(z, w[p + "mlp.w_gate.weight"]))
+                         * F.linear(z, w[p + "mlp.w_up.weight"]), w[p + "mlp.w_down.weight"])
+    return F.linear(_rms(h, w["norm_f.weight"]), w.get("head.weight", w["tok.weight"]))
+
+
 def _model_cache(model, vocab) -> None:
+    w = randomize(model, 58)
     g = rng(56)
     idx = torch.randint(0, vocab, (2, 8), generator=g)
     with torch.no_grad():
@@ -386,19 +407,29 @@ def _model_cache(model, vocab) -> None:
             raise CheckFailure("ModernGPT.forward should return (logits, new_cache).")
         full, _ = out
         expect_tensor(full, "logits", shape=(2, 8, vocab), dtype=torch.float64)
+        try:
+            expected = _modern_gpt_ref(w, idx, 4)
+        except KeyError as exc:
+            raise CheckFailure(f"ModernGPT has no parameter {exc}: keep the contract's names "
+                               "(tok, blocks.N.norm1/attn.qkv/attn.proj/norm2/mlp.w_gate/w_up/"
+                               "w_down, norm_f).") from None
         changed = idx.clone()
         changed[:, 5:] = (changed[:, 5:] + 3) % vocab
         other, _ = call(model, changed, name="ModernGPT on a changed suffix")
         if not torch.allclose(full[:, :5], other[:, :5], atol=1e-9):
             raise CheckFailure("changing tokens 5..7 changed the logits at positions 0..4: "
                                "the model is not causal.")
+    compare(full, expected, "logits of a full pass", rtol=1e-5, atol=1e-6,
+            hint="the contract: tok -> blocks (x + attn(norm1(x)), then x + mlp(norm2(x))) -> "
+                 "norm_f -> the head tied to tok.")
+    with torch.no_grad():
         l1, cache = call(model, idx[:, :6], name="ModernGPT prefill (6 tokens)")
         l2, cache = call(model, idx[:, 6:7], cache, name="ModernGPT decoding with the cache")
         l3, cache = call(model, idx[:, 7:8], cache, name="ModernGPT decoding with the cache")
     if not isinstance(cache, list | tuple) or len(cache) != 2:
         raise CheckFailure("the new cache should be a list with one (k, v) per block (2 here).")
     got = torch.cat([l1, l2, l3], dim=1)
-    compare(got, full, "logits from prefill + cached decoding", rtol=1e-6, atol=1e-7,
+    compare(got, expected, "logits from prefill + cached decoding", rtol=1e-6, atol=1e-7,
             hint="pass cache[i] to block i and return the list of the blocks' new caches.")
 
 
