@@ -199,22 +199,30 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     root = pipeline.find_root(args.root)
     preflight.check(root, pipeline.resolve_days(root, args.day),
                     sandbox=bool(getattr(args, "sandbox", False)))
-    progress = Progress("verified")
-    report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant,
-                    sandbox=bool(getattr(args, "sandbox", False)), progress=progress)
-    progress.close()
-    days = sorted({r.day for r in report.results})
-    refs = [r for r in report.results if r.student in ("reference", "blank")]
-    print(pipeline.format_table(refs, days))
-    print(f"\nmutants caught: {report.mutants_caught}/{report.mutants_total}; "
-          f"{len(report.results)} notebooks graded in {report.seconds:.1f} s")
-    if report.problems:
-        print("\nverify FAILED:")
-        for p in report.problems:
-            print(f"  - {p}")
-        return 1
-    print("verify passed: reference 100%, blank 0, every mutant caught with its diagnosis")
-    return 0
+    secrets = ([bytes.fromhex(args.secret)] if args.secret else
+               [os.urandom(32) for _ in range(args.secrets)] if args.secrets else [None])
+    failed = 0
+    for n, secret in enumerate(secrets, 1):
+        if secret is not None:
+            print(f"secret {n} of {len(secrets)}: {secret.hex()} (--secret reproduces it)")
+        progress = Progress("verified")
+        report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant,
+                        sandbox=bool(getattr(args, "sandbox", False)), progress=progress,
+                        secret=secret)
+        progress.close()
+        days = sorted({r.day for r in report.results})
+        refs = [r for r in report.results if r.student in ("reference", "blank")]
+        print(pipeline.format_table(refs, days))
+        print(f"\nmutants caught: {report.mutants_caught}/{report.mutants_total}; "
+              f"{len(report.results)} notebooks graded in {report.seconds:.1f} s")
+        if report.problems:
+            failed += 1
+            print("\nverify FAILED:")
+            for p in report.problems:
+                print(f"  - {p}")
+            continue
+        print("verify passed: reference 100%, blank 0, every mutant caught with its diagnosis")
+    return 1 if failed else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -355,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sandbox", action="store_true",
                    help="grade in the bubblewrap sandbox, as `grade` does (default: off, "
                         "these notebooks are trusted)")
+    p.add_argument("--secrets", type=int, default=0, metavar="N",
+                   help="verify N times, each under a fresh secret (the hidden checks' "
+                        "inputs are drawn from it); default: once, under the grader's own")
+    p.add_argument("--secret", help="verify under this secret (hex, as printed by --secrets)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("demo", help="grade reference and blank notebooks of every day")

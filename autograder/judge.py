@@ -259,19 +259,28 @@ def gate(verdicts: dict[str, Verdict]) -> dict[str, str]:
     return unpaid
 
 
-# A forbidden path's last name, called or referred to; and ways to reach a name unseen.
-DYNAMIC = re.compile(r"\b(getattr|eval|exec|compile|__import__|importlib|globals|vars)\s*\(|"
-                     r"__dict__|__getattribute__")
+# Ways to reach a name unseen: dynamic lookup, and the library's own back doors (private
+# functions, the operator registry, other namespaces of the same function).
+DYNAMIC = re.compile(r"\b(getattr|eval|exec|compile|__import__|importlib|globals|vars|"
+                     r"locals)\s*\(|__dict__|__getattribute__|__builtins__|sys\s*\.\s*modules|"
+                     r"\bimport\s+\*")
+ROUTES = re.compile(r"\btorch\s*\.\s*(ops|special|_C|_refs|_decomp|_prims|func|jit|compile)\b|"
+                    r"\btorch\s*\.\s*_\w+|\baten\b|\b_C\s*\.\s*_nn\b|\bctypes\b")
 
 
 def static_review(sources: list[str], forbidden: list[str]) -> list[str]:
     """Places in the learner's own code that may call a forbidden built-in (for review).
 
     The kernel says whether a forbidden function ran; a kernel can lie, so the judge also
-    reads the submitted source: the function reached as an attribute (``torch.softmax``,
-    ``x.softmax(...)``) or imported by name, or dynamic attribute access that could hide one,
-    is reported for the instructor to look at. The learner's own function of the same name,
-    called by its bare name, is not.
+    reads the submitted source and reports, for the instructor to look at: an attribute whose
+    name contains the function's (``torch.softmax``, ``x.softmax(...)``, ``torch._softmax``,
+    ``F.log_softmax``), an import of such a name, a string that names it (``getattr(torch,
+    "softmax")``), PyTorch's other routes to the same kernels (``torch.ops.aten...``,
+    ``torch.special``, ``torch._C``, any private ``torch._name``), and dynamic access that could
+    hide one (``getattr``, ``eval``, ``__dict__``, ``sys.modules``...). The learner's own
+    function of the same name, defined and called by its bare name, is not reported.
+    What no static review sees is listed in the README's threat model (names built at run
+    time from pieces that do not spell the function, code that arrives as data).
     """
     if not forbidden:
         return []
@@ -280,11 +289,15 @@ def static_review(sources: list[str], forbidden: list[str]) -> list[str]:
     for i, src in enumerate(sources, 1):
         for lineno, line in enumerate(src.splitlines(), 1):
             code = line.split("#", 1)[0]
-            hit = [n for n in names if re.search(rf"\.\s*{re.escape(n)}\b", code)
-                   or re.search(rf"\bimport\b.*\b{re.escape(n)}\b", code)]
-            if hit or DYNAMIC.search(code):
-                why = (f"refers to {', '.join(sorted(hit))}" if hit
-                       else "uses dynamic attribute access or eval")
+            hit = [n for n in names
+                   if re.search(rf"\.\s*\w*{re.escape(n)}\w*\b", code)
+                   or re.search(rf"\bimport\b.*{re.escape(n)}", code)
+                   or re.search(rf"[\"'][^\"']*{re.escape(n)}[^\"']*[\"']", code)]
+            route = ROUTES.search(code)
+            if hit or route or DYNAMIC.search(code):
+                why = (f"refers to {', '.join(sorted(hit))}" if hit else
+                       f"uses {route.group(0).strip()}, another route into PyTorch's kernels"
+                       if route else "uses dynamic attribute access or eval")
                 found.append(f"cell {i} of your own code, line {lineno}, {why} where the "
                              "exercise forbids "
                              f"{', '.join(forbidden)}: {line.strip()[:100]}")

@@ -50,10 +50,12 @@ def check_mutant(m: Mutant, r: Result) -> str | None:
 
 def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
            mutant_ids: list[str] | None = None, sandbox: bool | str = False,
-           progress=None) -> Report:
+           progress=None, secret: bytes | None = None) -> Report:
     """Grade the reference, blank and mutant notebooks. They are trusted: no sandbox unless
     asked (``sandbox=True`` or "auto" grades them exactly as ``grade`` does). ``progress``:
-    called with each result (see :class:`autograder.console.Progress`)."""
+    called with each result (see :class:`autograder.console.Progress`). ``secret``: the key
+    the hidden checks' inputs are drawn from (default: the grader's own); a verify under
+    several secrets proves the checks right for inputs nobody chose."""
     start = time.monotonic()
     days = resolve_days(root, days)
     mutants = [m for m in load_catalog() if m.day in days
@@ -79,7 +81,8 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
             nbformat.write(m.apply(solution_nbs[m.day]), str(target))
             work.append((f"mutant-{m.id}", m.day, target))
         results = grade(root, subs, days=days, jobs=jobs, work=work, sandbox=sandbox,
-                        resume=False, progress=progress, results_dir=subs / "results")
+                        resume=False, progress=progress, results_dir=subs / "results",
+                        secret=secret)
         by_key = {(r.student, r.day): r for r in results}
         for day in days:
             ref = by_key.get(("reference", day))

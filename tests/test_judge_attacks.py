@@ -164,6 +164,17 @@ LATER = {
     ("day13_training_tinygpt", "day13_training_result"): {
         "forged-history": ("history = {'step': [150], 'train_loss': [1.0], 'val_loss': [1.0]}\n"
                            "class _Tok:\n    vocab_size = 65\ntok = _Tok()"),
+        # no parameters, not causal: the logits at t put all weight on input token t + 1 (2/2)
+        "look-ahead": r'''
+import torch
+class _LookAhead(torch.nn.Module):
+    n_ctx = 8
+    def forward(self, idx):
+        nxt = torch.cat([idx[:, 1:], idx[:, -1:]], dim=1)
+        return torch.nn.functional.one_hot(nxt, 65).float() * 30
+model = _LookAhead()
+history = {"step": [150], "train_loss": [1.0], "val_loss": [1.0]}
+''',
     },
     # Day 13: a generate that crops honestly but samples nothing: the crop check only observes
     # the probe's records, so it must not be paid while the sampling value checks fail
@@ -194,6 +205,21 @@ def warmup_cosine_schedule(optimizer, warmup_steps, total_steps):
 ''',
     },
     ("day09_training_loop", "day09_heldout_accuracy"): {
+        # answers the held-out labels in the order the judge used to send the digits (3/3)
+        "heldout-counter": r'''
+import torch
+from course.data import load_mnist
+class _Counter(torch.nn.Module):
+    def __init__(self, labels):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.labels, self.seen = labels, 0
+    def forward(self, x):
+        y = self.labels[self.seen:self.seen + len(x)]
+        self.seen = (self.seen + len(x)) % len(self.labels)
+        return torch.nn.functional.one_hot(y, 10).float() * 10
+model = _Counter(load_mnist().heldout_labels)
+''',
         "heldout-lookup": r'''
 import hashlib, torch
 class _Lookup(torch.nn.Module):
