@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 
 import pytest
 import torch
 
 from autograder import judge, remote
-from course import agent, wire
+from course import agent, checking, wire
 
 
 def test_wire_round_trips_values_and_keeps_no_pickle():
@@ -78,9 +79,10 @@ def test_proxies_behave_like_the_learner_objects():
     x = torch.randn(4, 3)
     with torch.no_grad():
         out = net(x)
-    assert type(out) is torch.Tensor  # no graph: by value
+    assert type(out) is checking.KernelTensor  # no graph: by value, marked as the kernel's
     expected = torch.nn.functional.linear(x, net.lin.weight, net.lin.bias)  # fetched by value
     assert torch.allclose(out, expected)
+    assert checking.from_kernel(expected)  # computed from the kernel's weights: still marked
     y = net(x)  # with a graph: stays in the kernel, backward runs there
     y.sum().backward()
     assert net.lin.bias.grad.tolist() == [4.0, 4.0]
@@ -124,6 +126,75 @@ def test_parse_hidden_cell_accepts_one_check_call_only():
                 "h.check_mask(f(x))", "x = 1"):
         with pytest.raises(judge.NotJudgeable):
             judge.parse_hidden_cell(bad)
+
+
+def test_an_expected_value_from_the_kernel_is_a_grader_bug():
+    """compare refuses an expected value computed from what the kernel reports, and an
+    in-place copy of it into the judge's own tensor; the judge says it is the grader's fault."""
+    from autograder import checks
+
+    conn = _conn({"lin": torch.nn.Linear(3, 2)})
+    lin = conn.get("lin")
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        out = lin(x)
+        expected = torch.nn.functional.linear(x, lin.weight, lin.bias)
+    with pytest.raises(checking.GraderBug):
+        checks.compare(out, expected, "output")
+    with pytest.raises(checking.GraderBug), torch.no_grad():
+        torch.zeros(2, 3).copy_(lin.weight)
+    checks.compare(out, checking.trusted(expected), "output")   # on purpose, explicitly
+
+    # The same, as a check the judge runs: "internal error of the grader".
+    import types
+
+    module = types.ModuleType("autograder.checks.bogus")
+
+    @checks.value_check
+    def check_reads_back(lin):
+        with torch.no_grad():
+            checks.compare(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), "y")
+
+    module.check_reads_back = check_reads_back
+    sys.modules[module.__name__] = module
+    try:
+        v = judge.run(judge.HiddenCall(module.__name__, "check_reads_back",
+                                       [("name", "lin")]), conn)
+    finally:
+        del sys.modules[module.__name__]
+    assert not v.passed and v.internal and "internal error of the grader" in v.message
+
+
+def test_every_check_declares_its_kind():
+    import importlib
+    import pkgutil
+
+    import autograder.checks as package
+
+    missing = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"autograder.checks.{info.name}")
+        for name in dir(module):
+            fn = getattr(module, name)
+            if name.startswith("check_") and callable(fn) and fn.__module__ == module.__name__ \
+                    and getattr(fn, "kind", None) not in ("value", "observed"):
+                missing.append(f"{info.name}.{name}")
+    assert not missing, missing
+
+
+def test_kernel_answers_are_bounded():
+    """A value on a reference that is not a tensor's is refused, and one test may not receive
+    more than its budget."""
+    from course import wire
+
+    with pytest.raises(wire.WireError):
+        wire.decode({"$r": 1, "cls": ["x.Module"], "kind": "module",
+                     "v": wire.encode(torch.zeros(3))})
+    conn = _conn({"big": torch.zeros(300_000)})
+    conn.test_limit = 1_000_000
+    with pytest.raises(remote.JudgeError, match="more than"):
+        for _ in range(3):
+            conn.get("big")
 
 
 def test_gate_withholds_observed_checks_of_failed_names():
