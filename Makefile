@@ -1,13 +1,38 @@
 # One command per job. `make demo` builds the course and grades sample submissions;
 # `make test` runs the whole test suite; `make classroom` runs the course on a JupyterHub. Both create .venv on first use.
-PYTHON ?= python3.11
+#
+# The interpreter: PYTHON=/path/to/python if given, else the first of PY_CANDIDATES that runs
+# and is a Python from PY_MIN to PY_MAX (pyproject.toml's requires-python; tests/test_packaging.py
+# keeps the two in step). A command that exists but does not run (a pyenv shim of a version
+# that is not selected) is passed over.
+PY_MIN := 3.11
+PY_MAX := 3.13
+PY_CANDIDATES := python3.13 python3.12 python3.11 python3
+comma := ,
+PY_IN_RANGE := import sys; sys.exit(not ($(subst .,$(comma),$(PY_MIN)),) <= sys.version_info[:2] <= ($(subst .,$(comma),$(PY_MAX)),))
+PYTHON ?= $(shell for p in $(PY_CANDIDATES); do \
+	$$p -c '$(PY_IN_RANGE)' >/dev/null 2>&1 && { command -v $$p; break; }; done)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lab build verify check-sync lint clean classroom
+.PHONY: demo test lab build verify check-sync lint clean classroom python
+
+# Says which Python the venv is made with, or what to install when there is none.
+python:
+	@test -n "$(PYTHON)" || { echo "error: no Python $(PY_MIN) to $(PY_MAX) found (tried:" \
+	  "$(PY_CANDIDATES)). Install one: on Debian 12 or 13 or Ubuntu 24.04" \
+	  "'apt-get install python3 python3-venv'; elsewhere 'pyenv install $(PY_MAX)'," \
+	  "python.org, or conda (environment.yml). Or name it: make PYTHON=/path/to/python$(PY_MAX)" \
+	  "demo" >&2; exit 1; }
+	@$(PYTHON) -c '$(PY_IN_RANGE)' >/dev/null 2>&1 || { echo "error: PYTHON=$(PYTHON) is" \
+	  "not a Python $(PY_MIN) to $(PY_MAX) that runs ($$($(PYTHON) --version 2>&1 | head -n 1))" >&2; exit 1; }
+	@$(PYTHON) -c 'import ensurepip' >/dev/null 2>&1 || { echo "error: $(PYTHON) cannot make" \
+	  "a venv: install its venv module (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
+	@echo "Python: $(PYTHON) ($$($(PYTHON) --version 2>&1 | head -n 1))"
 
 $(STAMP): pyproject.toml
+	@$(MAKE) --no-print-directory python PYTHON='$(PYTHON)'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: the cached CPU build. An unpinned torch downloads gigabytes.

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
@@ -19,12 +26,83 @@ def _environment_pip_lines(root):
     return [m.group(1).strip() for m in re.finditer(r"^\s+- (.+)$", pip_block, re.M)]
 
 
-def test_environment_python_matches_pyproject(root):
-    """Does environment.yml ask for a Python that pyproject.toml accepts?"""
-    m = re.search(r"^\s+- python=(\S+)$", (root / "environment.yml").read_text(), re.M)
-    assert m, "environment.yml must pin python=3.x"
+def _pythons(root) -> list[str]:
+    """The minor versions pyproject.toml's requires-python accepts ("3.11", ...)."""
     requires = SpecifierSet(_pyproject(root)["project"]["requires-python"])
-    assert f"{m.group(1)}.0" in requires
+    return [f"3.{m}" for m in range(30) if f"3.{m}.0" in requires]
+
+
+def test_environment_python_matches_pyproject(root):
+    """Does environment.yml ask for exactly the Pythons pyproject.toml accepts?"""
+    m = re.search(r"^\s+- python([<>=!~][^\s#]*)", (root / "environment.yml").read_text(),
+                  re.M)
+    assert m, "environment.yml must name python>=...,<..."
+    assert SpecifierSet(m.group(1)) == SpecifierSet(
+        _pyproject(root)["project"]["requires-python"])
+
+
+def _make_var(root, name: str) -> str:
+    m = re.search(rf"^{name}\s*:=\s*(.*)$", (root / "Makefile").read_text(), re.M)
+    assert m, f"the Makefile sets no {name}"
+    return m.group(1).strip()
+
+
+def test_makefile_looks_for_the_pythons_pyproject_accepts(root):
+    """Do the Makefile's PY_MIN..PY_MAX and candidates (newest first) match requires-python,
+    with no recipe calling a fixed interpreter?"""
+    pythons = _pythons(root)
+    assert pythons and pythons[0] == "3.11", pythons
+    assert (_make_var(root, "PY_MIN"), _make_var(root, "PY_MAX")) == (pythons[0], pythons[-1])
+    assert _make_var(root, "PY_CANDIDATES").split() == [
+        f"python{v}" for v in reversed(pythons)] + ["python3"]
+    text = (root / "Makefile").read_text()
+    assert not re.search(r"^\t.*\bpython3\.\d+", text, re.M), "a recipe names a python3.x"
+    readme = (root / "README.md").read_text()
+    assert f"Python {pythons[0]} to {pythons[-1]}" in readme
+
+
+def _fake_python(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_does_make_find_a_python_or_say_what_to_install(root, tmp_path):
+    """Does `make python` pass over a command that does not run (a pyenv shim of another
+    version), take the next one in range, and say what to install when none is?"""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    _fake_python(bin_, "python3.13", "echo 'pyenv: python3.13: command not found' >&2; exit 127")
+    _fake_python(bin_, "python3.12", f'exec {sys.executable} "$@"')
+    _fake_python(bin_, "python3.10", "echo 'Python 3.10.13'; exit 1")
+    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHON", None)
+
+    def make(*args):
+        return subprocess.run(["make", "-s", "--no-print-directory", "-C", str(root), "python",
+                               *args], capture_output=True, text=True, env=env, timeout=60)
+
+    done = make("PY_CANDIDATES=python3.13 python3.12")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"Python: {bin_ / 'python3.12'} (Python 3.")
+    done = make("PY_CANDIDATES=python3.13 python3.10")
+    assert done.returncode != 0
+    assert "no Python 3.11 to" in done.stderr and "apt-get install python3" in done.stderr
+    assert "make PYTHON=" in done.stderr
+    done = make(f"PYTHON={bin_ / 'python3.10'}")
+    assert done.returncode != 0 and "is not a Python 3.11 to" in done.stderr
+    assert "Python 3.10.13" in done.stderr
+
+
+def test_package_data_ships_the_datasets(root):
+    """Does a non-editable install carry course/datasets/ (package-data globs)?"""
+    globs = _pyproject(root)["tool"]["setuptools"]["package-data"]["course"]
+    files = [p.relative_to(root / "course").as_posix()
+             for p in (root / "course" / "datasets").rglob("*") if p.is_file()]
+    assert files
+    for f in files:
+        assert any(fnmatch.fnmatch(f, g) for g in globs), f
 
 
 def test_environment_installs_the_project_and_pins_nothing_else(root):
