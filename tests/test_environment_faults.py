@@ -170,6 +170,31 @@ def test_is_the_judges_own_dataset_failure_the_machines_fault(no_data):
     assert "the judge could not run a check on this machine: day08_split" in reasons[0]
 
 
+def test_does_the_judge_report_its_own_missing_data_as_the_machines_fault(no_data, monkeypatch):
+    """The real route, without a kernel: Day 8's check loads its trusted copy of MNIST in the
+    judge, which fails here; does the verdict, scored, give environment-error?"""
+    from autograder import checks, judge, remote
+    from course import agent
+
+    agent.reset()
+    monkeypatch.setattr(agent, "USER_NS", {"normalization_stats": lambda images: (0.0, 1.0),
+                                           "MEAN": 0.1, "STD": 0.3, "mnist": None})
+    call = judge.HiddenCall("autograder.checks.day08", "check_normalization",
+                            [("name", n) for n in ("normalization_stats", "MEAN", "STD",
+                                                   "mnist")])
+    checks.trusted_mnist.cache_clear()
+    try:
+        verdict = judge.run(call, remote.Conn(agent.handle))
+    finally:
+        checks.trusted_mnist.cache_clear()  # later tests load the real copy again
+        agent.reset()
+    assert not verdict.passed and "DatasetUnavailable" in verdict.message
+    judged = {"day08_normalization": verdict.to_json()}
+    status, reasons = score._status_from(_events(judged), _graded(None, verdict.message), "")
+    assert status == "environment-error"
+    _assert_data_fix(reasons[0])
+
+
 @pytest.mark.parametrize("confirmed", [True, False], ids=["data missing", "data present"])
 def test_is_a_verdict_naming_a_dataset_error_checked_here(tmp_path, monkeypatch, shipped,
                                                           confirmed):
