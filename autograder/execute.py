@@ -212,10 +212,12 @@ class GuardedExecute(Execute):
         try:
             call = judge.parse_hidden_cell(source)
         except judge.NotJudgeable as exc:
-            return judge.Verdict(False, f"the hidden test cannot be judged: {exc}", [])
+            return judge.Verdict(False, f"the hidden test cannot be judged: {exc}", [],
+                                 internal="grader bug")
         if self._judge_client is None:  # the connection made at kernel start failed
             return judge.Verdict(False, "the kernel did not answer the judge: "
-                                 f"{self._judge_error or 'no connection'}", call.names)
+                                 f"{self._judge_error or 'no connection'}", call.names,
+                                 internal="no judge connection")
         return judge.run(call, Conn(self._judge_transport(deadline), self._judge_budget),
                          seed=JUDGE_SEED[0])
 

@@ -168,6 +168,7 @@ def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
 
     from autograder import checks as library
     from autograder.remote import JudgeError
+    from course.data import DatasetError
 
     def value(spec: tuple[str, Any]) -> Any:
         kind, v = spec
@@ -214,6 +215,9 @@ def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
     except checking.GraderBug as exc:
         passed, message = False, f"internal error of the grader (not your code): {exc}"
         internal = "grader bug"
+    except DatasetError as exc:   # the judge's own copy of a dataset: the machine's fault
+        passed, message = False, f"{type(exc).__name__}: {exc}"
+        internal = "dataset"
     except checking.CheckFailure as exc:
         passed, message = False, str(exc)
     except JudgeError as exc:
