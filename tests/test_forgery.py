@@ -92,11 +92,12 @@ MultiHeadSelfAttention.forward = _raise
 }
 
 
-def _after_class(nb, name: str, code: str):
+def _after_class(nb, name: str, code: str, prefix: str = "class "):
     """A copy of ``nb`` with ``code`` right after the cell that defines class ``name``."""
     nb = nbformat.from_dict(nb)
     at = next(i for i, c in enumerate(nb.cells)
-              if c.cell_type == "code" and f"class {name}(" in c.source)
+              if c.cell_type == "code" and f"{prefix}{name}" + ("(" if prefix else "")
+              in c.source)
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(code))
     return nb
 
@@ -168,15 +169,19 @@ DAY2 = "day02_queries_keys_values"
 # Records every input the judge hands softmax and attention, answers correctly (the harvest
 # is the attacker's first submission), and prints the record in the last cell.
 HARVEST = r'''
-import base64 as _b64, json as _json, torch as _torch
-_SEEN = []
+import base64 as _b64, json as _json, torch as _torch, traceback as _tb
+_SEEN = globals().get("_SEEN", [])
+def _judged():        # a call the judge made (through the course's agent), not a visible check
+    return any(f.filename.endswith("agent.py") for f in _tb.extract_stack())
 def softmax(x, dim=-1):
-    _SEEN.append(["softmax", x.tolist(), dim])
+    if _judged():
+        _SEEN.append(["softmax", x.tolist(), dim])
     e = (x - x.amax(dim, keepdim=True)).exp()
     return e / e.sum(dim, keepdim=True)
 def scaled_dot_product_attention(q, k, v, mask=None):
-    _SEEN.append(["sdpa", [q.tolist(), k.tolist(), v.tolist(),
-                           None if mask is None else mask.tolist()]])
+    if _judged():
+        _SEEN.append(["sdpa", [q.tolist(), k.tolist(), v.tolist(),
+                               None if mask is None else mask.tolist()]])
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -203,8 +208,14 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 '''
 
 
+def _after_stubs(nb, code: str):
+    """``code`` after each of the stub cells of softmax and attention (it defines both)."""
+    nb = _after_class(nb, "def softmax(", code, prefix="")
+    return _after_class(nb, "def scaled_dot_product_attention(", code, prefix="")
+
+
 def _harvest_nb(root):
-    nb = S.with_cell(S.release(root, DAY2), HARVEST)
+    nb = _after_stubs(S.release(root, DAY2), HARVEST)
     nb.cells.append(nbformat.v4.new_code_cell(PRINT))
     return nb
 
@@ -246,19 +257,19 @@ def replayed(root, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("replay")
     secret = bytes(range(32))
     first = tmp / "first"
-    S.put(first, "harvester", _harvest_nb(root), day=DAY2)
+    harvest = S.put(first, "harvester", _harvest_nb(root), day=DAY2)
     pipeline.grade(root, first, days=[DAY2], jobs=1, results_dir=tmp / "out1",
                    sandbox="auto", limits=LIMITS, secret=secret, resume=False)
     seen = _harvested(tmp / "out1", "harvester")
     second = tmp / "second"
-    S.put(second, "harvester", _harvest_nb(root), day=DAY2)         # the same submission
-    S.put(second, "classmate", _harvest_nb(root), day=DAY2)         # another student, same file
-    S.put(second, "replayer", S.with_cell(S.release(root, DAY2),
-                                          REPLAY.replace("{table}", _table(seen))), day=DAY2)
+    for student in ("harvester", "classmate"):     # the same file again; a classmate's copy
+        S.put(second, student, raw=harvest.read_text(), day=DAY2)
+    S.put(second, "replayer", _after_stubs(S.release(root, DAY2),
+                                           REPLAY.replace("{table}", _table(seen))), day=DAY2)
     results = pipeline.grade(root, second, days=[DAY2], jobs=2, results_dir=tmp / "out2",
                              sandbox="auto", limits=LIMITS, secret=secret, resume=False)
     third = tmp / "third"
-    S.put(third, "harvester", _harvest_nb(root), day=DAY2)
+    S.put(third, "harvester", raw=harvest.read_text(), day=DAY2)
     pipeline.grade(root, third, days=[DAY2], jobs=1, results_dir=tmp / "out3",
                    sandbox="auto", limits=LIMITS, secret=bytes(32), resume=False)
     return {"seen": seen, "again": _harvested(tmp / "out2", "harvester"),

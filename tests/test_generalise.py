@@ -194,7 +194,7 @@ def test_first_difference_names_the_first_step_that_differs():
      "does not: the mistake is in the feed-forward half"),
     ("day06_encoder_layer", "check_encoder_matches_torch", "TransformerEncoderLayer",
      "self.ffn(self.norm2(x))", "self.ffn(self.norm1(x))",
-     "self.ffn (against Linear, GELU, Linear with your weights) match; layer output at real "
+     "self.ffn (against Linear, GELU, Linear with the same weights) match; layer output at real "
      "tokens does not: the mistake is in how forward wires the sublayers"),
     ("day13_training_tinygpt", "check_get_lr_schedule", "get_lr",
      "max(1, total_steps - warmup_steps)", "max(1, total_steps)",

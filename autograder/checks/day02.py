@@ -43,8 +43,12 @@ def check_softmax_values(softmax) -> None:
 
 @value_check
 def check_softmax_stable(softmax) -> None:
-    """No NaN or inf for inputs of +-1000; -inf inputs get exactly zero weight."""
-    big = torch.tensor([[1000.0, 1000.0, 999.0], [-1000.0, 0.0, 1000.0]])
+    """No NaN or inf for inputs of +-1000; -inf inputs get exactly zero weight.
+
+    The values are these scales plus small offsets drawn per submission (``rng``)."""
+    g = rng(1)
+    big = torch.tensor([[1000.0, 1000.0, 999.0], [-1000.0, 0.0, 1000.0]]) \
+        + 0.5 * torch.rand(2, 3, generator=g)
     out = _softmax(softmax, big, -1)
     expect_tensor(out, "softmax of inputs around 1000", shape=(2, 3))
     compare(out, torch.softmax(big, dim=-1), "softmax of inputs around 1000",
@@ -52,7 +56,7 @@ def check_softmax_stable(softmax) -> None:
     # Rows at very different scales: one maximum taken over the whole tensor makes every
     # exponent of the low rows underflow to 0, and 0 / 0 is NaN.
     scales = torch.tensor([[0.0, 1.0, 2.0, -1.0], [-1000.0, -999.0, -1001.0, -998.0],
-                           [500.0, 499.5, 501.0, 498.0]])
+                           [500.0, 499.5, 501.0, 498.0]]) + 0.5 * torch.rand(3, 4, generator=g)
     out = _softmax(softmax, scales, -1)
     expect_tensor(out, "softmax of rows at very different scales", shape=(3, 4), finite=False)
     shifted = torch.exp(scales - scales.max())
@@ -65,7 +69,8 @@ def check_softmax_stable(softmax) -> None:
             "(x.max()). Subtract each row's own maximum: x.amax(dim=dim, keepdim=True).")
     compare(out, torch.softmax(scales, dim=-1), "softmax of rows at very different scales",
             hint="subtract each row's own maximum (along dim), keepdim=True.")
-    neg_inf = torch.tensor([[0.0, float("-inf"), 1.0, float("-inf")]])
+    neg_inf = torch.tensor([[0.0, float("-inf"), 1.0, float("-inf")]]) \
+        + torch.rand(1, 4, generator=g)
     out = _softmax(softmax, neg_inf, -1)
     compare(out, torch.softmax(neg_inf, dim=-1), "softmax with -inf entries",
             hint="a -inf score must get weight exactly 0: exp(-inf) = 0. Subtract the row "
