@@ -218,6 +218,23 @@ def test_static_review_flags_the_builtin_not_the_learner_function():
     assert len(found) == 3, found
 
 
+@pytest.mark.parametrize("route", [
+    "    return torch._softmax(x, dim, False)",              # scored 8/8 unflagged before
+    "    return torch.ops.aten._softmax(x, dim, False)",
+    "    return torch.special.softmax(x, dim)",
+    "    return F.log_softmax(x, dim).exp()",
+    "    f = getattr(torch, 'softmax')",
+    "    sm = torch.nn.functional.softmax",
+    "from torch.special import *",
+    "    return torch._C._nn.softmax(x, dim)",
+    "    fn = sys.modules['torch'].softmax",
+])
+def test_static_review_sees_the_routes_to_a_forbidden_builtin(route):
+    found = judge.static_review([f"def softmax(x, dim=-1):\n{route}\n"],
+                                ["torch.softmax", "torch.Tensor.softmax"])
+    assert len(found) == 1 and "line 2" in found[0], found
+
+
 def test_twin_and_in_kernel_make_the_checks_objects_where_the_learner_code_runs():
     """A probe made in the kernel carries the judge's weights, gradients and mode; an
     optimizer made over its parameters steps the kernel's copy, not the judge's."""
