@@ -27,7 +27,10 @@ from autograder.checks import (
     trusted,
     value_check,
 )
+from autograder.checks import reference as ref
+from course.checking import in_kernel
 from course.device import check_runs_on_any_device
+from course.standins import TransformerEncoderLayer as EncoderLayerStandIn
 
 SMALL = {"d_model": 16, "num_heads": 4, "d_ff": 24, "num_layers": 2, "max_len": 20}
 
@@ -211,3 +214,104 @@ def check_device(TransformerClassifier) -> None:
         return torch.randint(0, 10, (2, 6), generator=rng(81)), keep
 
     check_runs_on_any_device(model, inputs, "TransformerClassifier")
+
+
+# Exercise 2: the learner's layers in PyTorch's nn.TransformerEncoderLayer. The judge makes the
+# Day 6 layer from the course's stand-in (one mistake costs once: the learner's Day 6 code has
+# its own tests), injects its weights, and computes every expected value from its own copy.
+
+def _torch_layer_reference(w: dict, x: torch.Tensor, keep: torch.Tensor, heads: int,
+                           post_ln: bool = False, activation=F.gelu) -> torch.Tensor:
+    """A Pre-LN (or, for a classic mistake, Post-LN) layer on the judge's weights ``w``;
+    ``keep`` (B, T) True = real key."""
+    mask = keep[:, None, None, :]                                       # (B, 1, 1, T)
+    with torch.no_grad():
+        if not post_ln:
+            h = x + ref.mha(w, "attn.", ref.layer_norm(w, "norm1.", x), heads, mask)[0]
+            return h + ref.ffn(w, "ffn.", ref.layer_norm(w, "norm2.", h), activation)
+        h = ref.layer_norm(w, "norm1.", x + ref.mha(w, "attn.", x, heads, mask)[0])
+        return ref.layer_norm(w, "norm2.", h + ref.ffn(w, "ffn.", h, activation))
+
+
+def _renamed(w: dict, pairs: dict[str, str]) -> dict:
+    """``w`` with the tensors of the names in ``pairs`` exchanged (a classic packing mistake)."""
+    out = dict(w)
+    for a, b in pairs.items():
+        out[a], out[b] = w[b], w[a]
+    return out
+
+
+@value_check
+def check_key_padding_mask(to_key_padding_mask) -> None:
+    """(B, T) True = real -> (B, T + 1) True = ignore, CLS column first and never ignored."""
+    lengths = torch.randint(1, 10, (5,), generator=rng(90))
+    keep = torch.arange(9)[None, :] < lengths[:, None]                      # (5, 9)
+    out = call(to_key_padding_mask, keep, name="to_key_padding_mask(padding_mask)")
+    expect_tensor(out, "the key padding mask", dtype=torch.bool, finite=False)
+    if tuple(out.shape) == (5, 9):
+        raise CheckFailure("to_key_padding_mask returned (B, T) = (5, 9), expected (B, T + 1) = "
+                           "(5, 10): the encoder sees the CLS token too, so the mask needs a "
+                           "column for it, first.")
+    ones = torch.ones(5, 1, dtype=torch.bool)
+    expected = ~torch.cat([ones, keep], dim=1)                             # (5, 10)
+    mistakes = {
+        "the mask is not inverted: PyTorch's src_key_padding_mask is True for the keys to "
+        "IGNORE, the opposite of padding_mask (True = real)": torch.cat([ones, keep], dim=1),
+        "the CLS column says 'ignore': CLS is a real token, its column must be False":
+            torch.cat([ones, ~keep], dim=1),
+        "the CLS column is last: CLS is prepended, so its column comes first":
+            torch.cat([~keep, ~ones], dim=1),
+    }
+    compare(out.double(), expected.double(), "the key padding mask",
+            {k: v.double() for k, v in mistakes.items()}, rtol=0, atol=0)
+
+
+@value_check
+def check_torch_encoder_layer(to_torch_encoder_layer) -> None:
+    """PyTorch's layer with the copied weights computes the Day 6 layer (float64, padding)."""
+    d_model, heads, d_ff = 24, 4, 40
+    manual_seed(91)
+    layer = in_kernel(EncoderLayerStandIn, d_model, heads, d_ff).double().eval()
+    w = randomize(layer, 92)
+    torch_layer = call(to_torch_encoder_layer, layer, name="to_torch_encoder_layer(layer)")
+    if not isinstance(torch_layer, nn.TransformerEncoderLayer):
+        raise CheckFailure("to_torch_encoder_layer should return an nn.TransformerEncoderLayer, "
+                           f"got {type(torch_layer).__name__}.")
+    dtype = torch_layer.linear1.weight.dtype
+    if dtype != torch.float64:
+        raise CheckFailure(f"the new layer is {dtype} but the layer given is torch.float64: "
+                           "create it with dtype= (and device=) of the given layer's weights.")
+    x = torch.randn(3, 7, d_model, generator=rng(93), dtype=torch.float64)
+    lengths = torch.randint(2, 8, (3,), generator=rng(94))
+    lengths[0] = 7
+    keep = torch.arange(7)[None, :] < lengths[:, None]                      # (3, 7)
+    out = call(torch_layer, x, src_key_padding_mask=~keep,
+               name="torch_layer(x, src_key_padding_mask=...)")
+    expected = _torch_layer_reference(w, x, keep, heads)
+    qkv = ("attn.W_Q.bias", "attn.W_K.bias", "attn.W_V.bias")
+    mistakes = {
+        "the layer is Post-LN: pass norm_first=True (PyTorch's default is the original "
+        "Post-LN)": _torch_layer_reference(w, x, keep, heads, post_ln=True),
+        "the feed-forward uses ReLU: pass activation=\"gelu\" (PyTorch's default is ReLU)":
+            _torch_layer_reference(w, x, keep, heads, activation=F.relu),
+        "Q and K are swapped in in_proj_weight: stack W_Q, W_K, W_V in that order":
+            _torch_layer_reference(_renamed(w, {"attn.W_Q.weight": "attn.W_K.weight",
+                                                "attn.W_Q.bias": "attn.W_K.bias"}),
+                                   x, keep, heads),
+        "Q and K are swapped in in_proj_weight (the biases are in order): stack W_Q, W_K, "
+        "W_V in that order": _torch_layer_reference(
+            _renamed(w, {"attn.W_Q.weight": "attn.W_K.weight"}), x, keep, heads),
+        "K and V are swapped in in_proj_weight: stack W_Q, W_K, W_V in that order":
+            _torch_layer_reference(_renamed(w, {"attn.W_K.weight": "attn.W_V.weight",
+                                                "attn.W_K.bias": "attn.W_V.bias"}),
+                                   x, keep, heads),
+        "in_proj_bias was not copied (PyTorch starts it at zero): stack the three biases too":
+            _torch_layer_reference({**w, **{k: torch.zeros_like(w[k]) for k in qkv}},
+                                   x, keep, heads),
+        "norm1 and norm2 are swapped: norm1 comes before attention, norm2 before the "
+        "feed-forward": _torch_layer_reference(_renamed(w, {"norm1.weight": "norm2.weight",
+                                                            "norm1.bias": "norm2.bias"}),
+                                               x, keep, heads),
+    }
+    compare(out, expected, "the PyTorch layer's output", mistakes, rtol=1e-6, atol=1e-8)
+    expect_unchanged(layer, w, when="to_torch_encoder_layer")
