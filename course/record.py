@@ -33,6 +33,7 @@ RECORD_FILE = Path(__file__).with_name("record.json")
 # Every figure the record knows: its label and how its value is printed (one str.format field).
 FORMATS = {
     "heldout_accuracy": ("held-out accuracy", "{:.2%}"),
+    "lookup_weight": ("weight on the capital letter", "{:.0%}"),
     "train_seconds": ("training", "{:.0f} s"),
     "val_loss": ("validation loss", "{:.3f}"),
     "step_seconds": ("time per step", "{:.3f} s"),

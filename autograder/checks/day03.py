@@ -150,3 +150,64 @@ def check_device(SelfAttention) -> None:
     g = rng(32)
     check_runs_on_any_device(module, lambda: (torch.randn(2, 7, 16, generator=g),),
                              name="SelfAttention")
+
+
+# Exercise 1: from averaging to attention. Three ways to average each token with its past;
+# the judge draws the input and computes the running mean itself (cumsum / count).
+
+def _bridge_input(seed: int) -> torch.Tensor:
+    """x (B, T, C) float64 of drawn sizes: B 1-3, T 4-9, C 2-5."""
+    g = rng(seed)
+    B, T, C = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 4), (4, 10),
+                                                                             (2, 6)))
+    return torch.randn(B, T, C, generator=g, dtype=torch.float64)
+
+
+def _bridge_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Classic mistakes of the three averages, each computed from the judge's input."""
+    T = x.shape[1]
+    past = torch.cumsum(x, dim=1)                                           # (B, T, C)
+    future = torch.flip(torch.cumsum(torch.flip(x, [1]), dim=1), [1])       # sums of x[t:]
+    tril = torch.ones(T, T, dtype=x.dtype).tril()
+    return {
+        "every position got the mean of the whole sequence: token t may only average "
+        "positions 0..t (a causal, lower-triangular weight matrix)":
+            x.mean(dim=1, keepdim=True).expand_as(x),
+        "you summed instead of averaging: divide row t by its t + 1 terms (the rows of the "
+        "weights must sum to 1)": past,
+        "each token averaged itself and the tokens AFTER it: the past is below the diagonal, "
+        "use torch.tril, not torch.triu": future / torch.arange(T, 0, -1, dtype=x.dtype)[:, None],
+        "the weights are normalised along the wrong dimension: each ROW t must sum to 1 "
+        "(W.sum(dim=1, keepdim=True), softmax over the last dimension)":
+            (tril / tril.sum(dim=0, keepdim=True)) @ x,
+        "every position was divided by the full length T: row t has only t + 1 terms":
+            past / T,
+    }
+
+
+def _check_average(fn, name: str, seed: int) -> None:
+    x = _bridge_input(seed)
+    out = call(fn, x.clone(), name=f"{name}(x)")
+    expect_tensor(out, f"{name}(x)", shape=tuple(x.shape), dtype=torch.float64)
+    count = torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[:, None]       # (T, 1)
+    expected = torch.cumsum(x, dim=1) / count                              # (B, T, C)
+    compare(out, expected, f"{name}(x)", _bridge_mistakes(x), rtol=1e-9, atol=1e-12,
+            hint="out[b, t] must be the mean of x[b, 0], ..., x[b, t], token t included")
+
+
+@value_check
+def check_average_past_loop(average_past_loop) -> None:
+    """The running mean over positions 0..t, on drawn sizes (float64)."""
+    _check_average(average_past_loop, "average_past_loop", 301)
+
+
+@value_check
+def check_average_past_matmul(average_past_matmul) -> None:
+    """The same running mean as one (T, T) @ (B, T, C) product, on drawn sizes."""
+    _check_average(average_past_matmul, "average_past_matmul", 302)
+
+
+@value_check
+def check_average_past_softmax(average_past_softmax) -> None:
+    """The same running mean from a softmax of masked zeros, on drawn sizes."""
+    _check_average(average_past_softmax, "average_past_softmax", 303)
