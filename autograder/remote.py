@@ -107,12 +107,17 @@ class Conn:
             limit = self.test_limit if over == "this test" else self.budget.limit
             raise JudgeError(f"the kernel sent the judge more than {limit // 2**20} MiB in "
                              f"{over}: the judge reads no more of it")
+        bad = None
         try:
             raw = base64.b64decode(text.encode("ascii"), validate=True).decode("utf-8")
             value = wire.decode(wire.loads(raw))
         except (ValueError, UnicodeError) as exc:
-            raise JudgeError(f"the kernel's answer is not in the grading format: "
-                             f"{str(exc)[:200]}") from exc
+            bad = str(exc)[:200]
+        if bad is not None:
+            # Raised with no cause and with the answer's text dropped: a test keeps its
+            # error, and the error's frames would otherwise keep every refused answer alive.
+            text = raw = None
+            raise JudgeError(f"the kernel's answer is not in the grading format: {bad}")
         if isinstance(value, wire.RemoteException):
             raise _local_exception(value)
         value = self._wrap(value)
