@@ -284,35 +284,57 @@ def check_one_step_changes(one_step_changes) -> None:
 
 # -------------------------------------------------------------------------------- dead_units
 
-def _dead_reference(model, x, reduce="all") -> dict[str, int]:
-    """Units of every ``linear1`` whose output is <= 0 for every row (``reduce="any"``: for
-    some row), computed here with the same weights."""
+def _dead_reference(model, x, threshold=-3.0, reduce="all") -> dict[str, int]:
+    """Units of every ``linear1`` whose output is <= threshold for every row (``reduce="any"``:
+    for some row), computed here with the same weights."""
     with torch.no_grad():
         first = model.ffn1.linear1(x)
         h = x + model.ffn1(x)
         second = model.ffn2.linear1(h)
-    count = (lambda o: int((o.reshape(-1, o.size(-1)) <= 0).all(0).sum())) if reduce == "all" \
-        else (lambda o: int((o.reshape(-1, o.size(-1)) <= 0).any(0).sum()))
+
+    def count(o):
+        off = o.reshape(-1, o.size(-1)) <= threshold                   # (rows, d_ff)
+        return int((off.all(0) if reduce == "all" else off.any(0)).sum())
     return {"ffn1.linear1": count(first), "ffn2.linear1": count(second)}
+
+
+def _dead_model():
+    """A FeedForwardProbe whose units play drawn roles, and its (4, 5, 6) input.
+
+    ffn1 (10 units): 3 dead (bias -40), 2 asleep (weights 0, a bias between -2.5 and -0.5:
+    dead for ReLU, alive for GELU), 1 below -4 for example 0 only, 1 around -3 (below for some
+    rows), the rest alive (bias 3 to 4). ffn2 (8 units): 4 dead, 1 asleep, the rest alive.
+    """
+    model = FeedForwardProbe()
+    g = rng(107)
+    with torch.no_grad():
+        for layer in (model.ffn1.linear1, model.ffn2.linear1):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * 0.3)
+            layer.bias.copy_(torch.rand(layer.bias.shape, generator=g) + 3.0)   # alive: > 0
+        roles1 = torch.randperm(10, generator=g).tolist()
+        roles2 = torch.randperm(8, generator=g).tolist()
+        first, second = model.ffn1.linear1, model.ffn2.linear1
+        first.bias[roles1[:3]] = -40.0                                 # dead
+        second.bias[roles2[:4]] = -40.0
+        for layer, asleep in ((first, roles1[3:5]), (second, roles2[4:5])):
+            layer.weight[asleep] = 0.0                                 # asleep: one value,
+            layer.bias[asleep] = -2.5 + 2.0 * torch.rand(len(asleep), generator=g)  # -2.5..-0.5
+        one_example = roles1[5]                                        # reads feature 0
+        first.weight[one_example] = torch.tensor([1.0, 0, 0, 0, 0, 0])
+        first.bias[one_example] = -4.0
+        first.bias[roles1[6]] = -3.0                                   # below -3 for some rows
+    x = torch.randn(4, 5, 6, generator=g)
+    x[0, :, 0] = -x[0, :, 0].abs() - 0.1             # one_example: <= -4.1 for example 0 ...
+    x[1:, :, 0] = x[1:, :, 0].abs() + 1.5            # ... and >= -2.5 for every other row
+    return model, x
 
 
 @value_check
 def check_dead_units(dead_units) -> None:
-    """Injected biases kill 3 of ffn1's 10 units and 5 of ffn2's 8; (4, 5, 6) inputs; the head
-    is not a feed-forward layer; no hook is left."""
-    model = FeedForwardProbe()
-    g = rng(107)
-    with torch.no_grad():
-        for layer, dead in ((model.ffn1.linear1, (0, 4, 7)), (model.ffn2.linear1, (1, 2, 3, 5, 6))):
-            layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) * 0.3)
-            layer.bias.copy_(torch.rand(layer.bias.shape, generator=g) + 3.0)   # alive: > 0
-            layer.bias[list(dead)] = -40.0                                       # dead: < 0
-        model.ffn1.linear1.bias[2] = 0.0              # off for some rows only: not dead
-        model.ffn1.linear1.weight[9] = torch.tensor([1.0, 0, 0, 0, 0, 0])   # reads feature 0
-        model.ffn1.linear1.bias[9] = 0.0
-    x = torch.randn(4, 5, 6, generator=g)
-    x[0, :, 0] = -x[0, :, 0].abs() - 0.1              # unit 9: off for all of example 0 only
-    x[1:, :, 0] = x[1:, :, 0].abs() + 0.1
+    """Injected biases on drawn units: dead ones, asleep ones (between -3 and 0: GELU still
+    passes gradient), one off for one example only; the head is not a feed-forward layer; the
+    default threshold, then threshold=0.0 (ReLU); no hook is left."""
+    model, x = _dead_model()
     twin_model = twin(model)
     before = _hook_count(twin_model)
     out = call(dead_units, twin_model, x, name="dead_units(model, x of shape (4, 5, 6))")
@@ -331,12 +353,25 @@ def check_dead_units(dead_units) -> None:
         raise CheckFailure(f"dead_units[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: return "
                            "a count (int).")
     if out != expected:
-        loose = _dead_reference(model, x, reduce="any")
-        hint = (": you counted units that are off for *some* token; a dead unit is off for "
-                "every token of every example (.all over the rows)" if out == loose else
-                ": a unit is dead when its linear1 output is <= 0 for every row of "
-                "output.reshape(-1, d_ff) (every example and every position)")
+        if out == _dead_reference(model, x, threshold=0.0):
+            hint = (": you counted every unit whose input stays <= 0, the ReLU rule; a GELU unit "
+                    "between -3 and 0 still passes gradient (GELU'(-1) = -0.08): compare with "
+                    "`threshold`, -3.0 by default")
+        elif out == _dead_reference(model, x, reduce="any"):
+            hint = (": you counted units that are off for *some* token; a dead unit is off for "
+                    "every token of every example (.all over the rows)")
+        else:
+            hint = (": a unit is dead when its linear1 output is <= threshold for every row of "
+                    "output.reshape(-1, d_ff) (every example and every position)")
         raise CheckFailure(f"dead_units gave {out}, expected {expected}{hint}.")
+    relu_rule = call(dead_units, twin_model, x, threshold=0.0,
+                     name="dead_units(model, x, threshold=0.0)")
+    expected_relu = _dead_reference(model, x, threshold=0.0)
+    if relu_rule != expected_relu:
+        hint = (": the result did not change, so `threshold` is ignored; compare the outputs "
+                "with it" if relu_rule == expected else "")
+        raise CheckFailure(f"dead_units(model, x, threshold=0.0) gave {relu_rule}, expected "
+                           f"{expected_relu} (the units <= 0 on every row){hint}.")
     note_value_checked()
     left = _hook_count(twin_model) - before
     if left:
@@ -353,7 +388,8 @@ _ANSWERS = {"A": "shuffled_labels", "B": "dropout_at_eval", "C": "no_zero_grad",
 _TELL = {
     "A": "A's loss sits at ln 10 while attention still spreads normally: the inputs carry no "
          "information about the labels",
-    "B": "B's two evaluations of the same model disagree: something random is on at evaluation",
+    "B": "B's two held-out losses of the same model disagree (Δ eval is not 0): something "
+         "random is on at evaluation",
     "C": "C's gradient norms are far above the healthy run's: gradients are never reset",
     "D": "D's attention entropy is exactly 0, and one more step leaves its input projection "
          "unchanged: every token sees only itself",

@@ -97,17 +97,27 @@ class _OneFeedForward(nn.Module):
 
 
 def check_dead_units(dead_units) -> None:
-    """One feed-forward block whose second hidden unit can never switch on."""
+    """One feed-forward block: unit 1 can never switch on, unit 3 sits at -1 (GELU' = -0.08)."""
     model = _OneFeedForward()
     with torch.no_grad():
         model.ffn.linear1.weight.fill_(0.1)
-        model.ffn.linear1.bias.copy_(torch.tensor([1.0, -50.0, 1.0, 1.0]))
-    out = call(dead_units, model, torch.randn(2, 5, 3))
+        model.ffn.linear1.weight[3] = 0.0
+        model.ffn.linear1.bias.copy_(torch.tensor([1.0, -50.0, 1.0, -1.0]))
+    x = torch.randn(2, 5, 3)
+    out = call(dead_units, model, x)
     if out != {"ffn.linear1": 1}:
-        raise CheckFailure(f"expected {{'ffn.linear1': 1}} (unit 1's bias is -50), got {out!r}")
+        hint = (" (unit 3 sits at -1, where GELU still passes gradient: count only units at or "
+                "below threshold, -3 by default)" if out == {"ffn.linear1": 2} else "")
+        raise CheckFailure(f"expected {{'ffn.linear1': 1}} (unit 1's bias is -50), got {out!r}"
+                           + hint)
+    relu_rule = call(dead_units, model, x, threshold=0.0)
+    if relu_rule != {"ffn.linear1": 2}:
+        raise CheckFailure("with threshold=0.0 (the ReLU rule) units 1 and 3 are both dead: "
+                           f"expected {{'ffn.linear1': 2}}, got {relu_rule!r}")
     if any(len(m._forward_hooks) for m in model.modules()):
         raise CheckFailure("hooks are still registered: call handle.remove() on each")
-    passed("one dead unit found in ffn.linear1; no hook left behind")
+    passed("unit 1 (bias -50) is dead, unit 3 (at -1) is not; with threshold=0.0 both are; "
+           "no hook left behind")
 
 
 def check_diagnosis_format(DIAGNOSIS) -> None:
