@@ -359,7 +359,7 @@ def saved_activation_bytes(model: nn.Module, idx: torch.Tensor) -> int:
 
 @not_drawn_while_grading
 def plot_finetune(fine: dict, fresh: dict):
-    """Day 13: held-out (solid) and training (dashed) losses of the fine-tuned and the
+    """Day 13: selection (solid) and training (dashed) losses of the fine-tuned and the
     from-scratch run, two ``train`` histories. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
 
@@ -367,9 +367,9 @@ def plot_finetune(fine: dict, fresh: dict):
     for history, name, color in ((fine, "fine-tuned from your model", "#21918c"),
                                  (fresh, "from scratch", "#440154")):
         ax.plot(history["step"], history["val_loss"], "o-", color=color, ms=3,
-                label=f"{name} (held-out half)")
+                label=f"{name} (selection quarter)")
         ax.plot(history["step"], history["train_loss"], "--", color=color, lw=1,
-                label=f"{name} (its training half)")
+                label=f"{name} (fine-tuning half)")
     ax.set_xlabel("fine-tuning step")
     ax.set_ylabel("loss (nats)")
     ax.set_title("Pretrain, then fine-tune: same data, same steps")
