@@ -387,6 +387,22 @@ _SETUPS: dict[str, dict] = {
 }
 
 
+def lr_run(lr: float) -> TrainingRun:
+    """The healthy Day 10 set-up trained at peak learning rate ``lr``: one point of a sweep.
+
+    Every rate starts from the same initial weights and sees the same batches (AdamW, weight
+    decay 0.01; 30 steps in the ``cpu`` profile, 8 in ``grading``), so the final losses differ
+    by the rate alone.
+
+    Raises:
+        ValueError: if ``lr`` is not a positive, finite number.
+    """
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or not math.isfinite(lr) \
+            or lr <= 0:
+        raise ValueError(f"lr must be a positive, finite number, got {lr!r}")
+    return _train_setup(f"lr={lr:g}", lr=float(lr))
+
+
 def bug_hunt(name: str) -> TrainingRun:
     """Run the Day 10 training set-up ``name`` ("healthy", "A", ..., "F") and return it."""
     if name not in _SETUPS:
