@@ -46,6 +46,8 @@ FORMATS = {
     "sweep_loss_best": ("final loss at the best rate", "{:.3f}"),
     "sweep_loss_slowest": ("final loss at the slowest rate, 1e-4", "{:.3f}"),
     "sweep_loss_fastest": ("final loss at the fastest rate, 1", "{:.3f}"),
+    "bigram_val_loss": ("bigram baseline: validation loss", "{:.3f}"),
+    "first_val_loss": ("validation loss at the first evaluation", "{:.3f}"),
     "finetune_before": ("pretrained, before fine-tuning: loss on the report quarter", "{:.3f}"),
     "finetune_loss": ("fine-tuned, at its chosen steps: loss on the report quarter", "{:.3f}"),
     "finetune_steps": ("fine-tuned: steps chosen on the selection quarter", "{:.0f}"),

@@ -126,3 +126,23 @@ def test_does_the_mask_setup_make_attention_one_hot(monkeypatch, tmp_path):
     weights = run.model.layers[0].attn.attn_weights                  # (B, H, 29, 29)
     assert torch.allclose(weights, torch.eye(29).expand_as(weights))
     assert len(run.losses) == 30 and all(isinstance(v, float) for v in run.losses)
+
+
+@pytest.mark.parametrize("lr", [0, -1e-3, float("nan"), float("inf"), True, "1e-3"])
+def test_does_lr_run_reject_a_rate_that_is_not_a_positive_number(lr):
+    """Does lr_run refuse a rate it cannot train with, before any training?"""
+    with pytest.raises(ValueError, match="positive, finite"):
+        training.lr_run(lr)
+
+
+@pytest.mark.skipif(not (MIRROR / "mnist").is_dir(), reason="no MNIST mirror")
+def test_does_a_sweep_point_differ_only_by_its_rate(monkeypatch, tmp_path):
+    """Do two rates start from the same weights (same first loss) and the healthy rate's run
+    equal set-up "healthy" exactly, and held-out loss of a deterministic run repeat?"""
+    monkeypatch.setenv(data.MIRROR_ENV, str(MIRROR))
+    monkeypatch.setenv(data.CACHE_ENV, str(tmp_path))
+    slow, healthy = training.lr_run(1e-4), training.lr_run(3e-3)
+    assert slow.losses[0] == healthy.losses[0]
+    assert healthy.losses == training.bug_hunt("healthy").losses
+    assert healthy.heldout_loss() == healthy.heldout_loss()
+    assert slow.losses[-1] > healthy.losses[-1]
