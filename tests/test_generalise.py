@@ -255,3 +255,65 @@ def test_a_downstream_failure_names_the_upstream_part(root, day, find, replace, 
     assert not v.passed and v.message.startswith(words), v.message
     right = _verdict(_solution_namespace(root, day), day[:5], check, *name.split(", "))
     assert right.passed, right.message
+
+
+_ROPE = """
+    import torch, torch.nn as nn, torch.nn.functional as F
+    class RotaryEmbedding(nn.Module):
+        def __init__(self, head_dim, max_len, base=10000.0):
+            super().__init__()
+            i = torch.arange(head_dim // 2, dtype=torch.float64)
+            self.register_buffer("theta", base ** (-2 * i / head_dim))
+        def apply_rope(self, q, k, positions):
+            def rot(x):
+                z = torch.complex(x[..., : x.size(-1) // 2].double(),
+                                  x[..., x.size(-1) // 2:].double())
+                angle = positions.double()[:, None] * self.theta
+                z = z * torch.polar(torch.ones((), dtype=torch.float64), angle)
+                return torch.cat([z.real, z.imag], -1).to(x.dtype)
+            return rot(q), rot(k)
+"""
+
+
+@pytest.mark.parametrize("repeat", [
+    "k_all, v_all = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)",
+    # LLaMA's repeat_kv: expand a new axis after the shared heads, then merge it in
+    "k_all, v_all = (t[:, :, None].expand(B, G, H // G, S, d).reshape(B, H, S, d) "
+    "for t in (k, v))",
+    "k_all, v_all = k, v; extra = {'enable_gqa': True}",
+])
+def test_grouped_query_attention_written_three_ways_passes(repeat):
+    """repeat_interleave, LLaMA's expand + reshape and SDPA's enable_gqa all give query head h
+    the shared head h // group; a tiled repeat gives h % group and loses the points."""
+    code = _ROPE + f"""
+    class GroupedQueryAttention(nn.Module):
+        def __init__(self, d_model, num_heads, num_kv_heads, max_len):
+            super().__init__()
+            self.h, self.g, self.d = num_heads, num_kv_heads, d_model // num_heads
+            self.q_proj = nn.Linear(d_model, d_model, bias=False)
+            self.kv_proj = nn.Linear(d_model, 2 * num_kv_heads * self.d, bias=False)
+            self.proj = nn.Linear(d_model, d_model, bias=False)
+            self.rope = RotaryEmbedding(self.d, max_len)
+        def forward(self, x, cache=None):
+            B, T, D = x.shape
+            H, G, d = self.h, self.g, self.d
+            q = self.q_proj(x).unflatten(-1, (H, d)).transpose(1, 2)
+            k, v = self.kv_proj(x).unflatten(-1, (2, G, d)).permute(2, 0, 3, 1, 4)
+            past = 0 if cache is None else cache[0].shape[2]
+            q, k = self.rope.apply_rope(q, k, torch.arange(past, past + T))
+            if cache is not None:
+                k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+            S = k.shape[2]
+            extra = {{}}
+            {repeat}
+            mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, **extra)
+            return self.proj(y.transpose(1, 2).reshape(B, T, D)), (k, v)
+    """
+    ns = _define(code)
+    v = _verdict(ns, "day14_gqa", "check_gqa_values", "GroupedQueryAttention")
+    assert v.passed, v.message
+    tiled = _define(code.replace(repeat, "k_all, v_all = k.repeat(1, H // G, 1, 1), "
+                                          "v.repeat(1, H // G, 1, 1); extra = {}"))
+    v = _verdict(tiled, "day14_gqa", "check_gqa_values", "GroupedQueryAttention")
+    assert not v.passed and "h % num_kv_heads" in v.message, v.message

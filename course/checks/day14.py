@@ -98,6 +98,30 @@ def check_training_memory(training_memory, lora_params) -> None:
            "12,288 values")
 
 
+def check_gqa(GroupedQueryAttention) -> None:
+    """8 query heads sharing 2 key/value heads: cache (1, 2, T, 2); prefill + decode = full."""
+    torch.manual_seed(0)
+    attn = call(GroupedQueryAttention, 16, 8, 2, 16,
+                name="GroupedQueryAttention(16, 8, 2, 16)").eval()
+    kv = getattr(getattr(attn, "kv_proj", None), "weight", torch.empty(0))
+    if tuple(kv.shape) != (8, 16):
+        raise CheckFailure("kv_proj should map d_model 16 to 2 * num_kv_heads * d_k = 2 * 2 * 2 "
+                           f"= 8 outputs (weight (8, 16)), got weight {tuple(kv.shape)}")
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full, (k, v) = call(attn, x, name="forward without a cache")
+        expect_tensor(full, "output", shape=(1, 5, 16))
+        expect_tensor(k, "cached k", shape=(1, 2, 5, 2))
+        expect_tensor(v, "cached v", shape=(1, 2, 5, 2))
+        _, cache = call(attn, x[:, :4], name="prefill of 4 tokens")
+        last, cache = call(attn, x[:, 4:], cache, name="decoding one token with the cache")
+    expect_tensor(cache[0], "cached k after 5 tokens", shape=(1, 2, 5, 2))
+    assert_close(last[:, 0], full[:, 4], "output of the cached step", rtol=1e-4, atol=1e-5,
+                 hint="cache the 2 shared heads, then repeat them for the 8 query heads.")
+    passed("GroupedQueryAttention: the cache holds 2 heads, not 8; prefill + one cached step "
+           "equals the full pass")
+
+
 def check_modern_gpt(ModernGPT) -> None:
     """Logits shape; head tied to the embedding."""
     model = call(ModernGPT, 20, d_model=32, num_heads=4, num_layers=2, max_len=16,
