@@ -54,6 +54,8 @@ FORMATS = {
     "scratch_loss": ("from scratch, at its chosen steps: loss on the report quarter", "{:.3f}"),
     "scratch_steps": ("from scratch: steps chosen on the selection quarter", "{:.0f}"),
     "previous_token_score": ("best head's weight on the previous character", "{:.0%}"),
+    "bpe_chars_per_token": ("BPE: characters per token on the validation text", "{:.2f}"),
+    "bpe_train_seconds": ("BPE: learning the merges", "{:.1f} s"),
     "largest_logit_plain": ("largest attention logit without QK-norm", "{:.1f}"),
     "largest_logit_qk_norm": ("largest attention logit with QK-norm", "{:.1f}"),
     "val_loss_plain": ("validation loss without QK-norm", "{:.2f}"),

@@ -317,3 +317,70 @@ def test_grouped_query_attention_written_three_ways_passes(repeat):
                                           "v.repeat(1, H // G, 1, 1); extra = {}"))
     v = _verdict(tiled, "day14_gqa", "check_gqa_values", "GroupedQueryAttention")
     assert not v.passed and "h % num_kv_heads" in v.message, v.message
+
+
+_BPE_OTHER_WAY = """
+    import re
+    from collections import Counter, defaultdict
+    PRETOKENIZE = re.compile(r" ?[A-Za-z]+| ?[^A-Za-z\\s]+|\\s")
+
+    def merge(ids, pair, new_id):
+        out, skip = [], False
+        for a, b in zip(ids, list(ids[1:]) + [None]):
+            if skip:
+                skip = False
+            elif (a, b) == tuple(pair):
+                out.append(new_id)
+                skip = True
+            else:
+                out.append(a)
+        return out
+
+    def train_bpe(text, num_merges, chars=None):
+        # counts kept up to date merge by merge (as fast trainers do), ties by the smallest pair
+        chars = list(chars) if chars is not None else sorted(set(text))
+        index = {c: i for i, c in enumerate(chars)}
+        words = {tuple(index[c] for c in w): n for w, n in Counter(PRETOKENIZE.findall(text)).items()}
+        merges = []
+        while len(merges) < num_merges:
+            stats = defaultdict(int)
+            for w, n in words.items():
+                for p in zip(w, w[1:]):
+                    stats[p] += n
+            if not stats:
+                break
+            best = max(stats.items(), key=lambda kv: (kv[1], -kv[0][0], -kv[0][1]))[0]
+            new = len(chars) + len(merges)
+            words = {tuple(merge(list(w), best, new)): n for w, n in words.items()}
+            merges.append(best)
+        return merges
+
+    class BPETokenizer:
+        def __init__(self, chars, merges):
+            self.chars, self.merges = list(chars), [tuple(p) for p in merges]
+            self.vocab = list(self.chars) + [None] * len(self.merges)
+        def encode(self, s):
+            missing = set(s) - set(self.chars)
+            if missing:
+                raise ValueError(f"unknown characters {sorted(missing)}")
+            out = []
+            for chunk in PRETOKENIZE.findall(s):          # every merge in the order learned
+                ids = [self.chars.index(c) for c in chunk]
+                for n, pair in enumerate(self.merges):
+                    ids = merge(ids, pair, len(self.chars) + n)
+                out += ids
+            return out
+"""
+
+
+@pytest.mark.parametrize("check, names", [
+    ("check_merge_values", ("merge",)),
+    ("check_train_bpe_merges", ("train_bpe", "merge")),
+    ("check_bpe_encode_values", ("BPETokenizer", "merge")),
+])
+def test_byte_pair_encoding_written_another_way_passes(check, names):
+    """A zip-based merge, a trainer that keeps its counts in a dict of tuples and breaks ties
+    with max over (count, -pair), and an encoder that applies every merge in the order learned
+    (the same tokens as lowest rank first) all pass."""
+    v = _verdict(_define(_BPE_OTHER_WAY), "day13_bpe", check, *names)
+    assert v.passed, v.message

@@ -106,3 +106,25 @@ def check_generate(generate) -> None:
     if not torch.equal(out[:, :3], idx):
         raise CheckFailure("the output must start with the prompt idx.")
     passed("generate: (2, 3) -> (2, 7), prompt kept")
+
+
+def check_bpe(merge, train_bpe, BPETokenizer) -> None:
+    """merge([5, 5, 5, 2], (5, 5), 9) == [9, 5, 2]; 'aaab aab' learns (a, a) first; the
+    tokenizer's encode uses the merges and decode gives the text back."""
+    out = call(merge, [5, 5, 5, 2], (5, 5), 9, name="merge([5, 5, 5, 2], (5, 5), 9)")
+    if list(out) != [9, 5, 2]:
+        raise CheckFailure(f"merge([5, 5, 5, 2], (5, 5), 9) should be [9, 5, 2] (from the left, "
+                           f"never overlapping), got {out!r}.")
+    # chars ' ', 'a', 'b' -> 0, 1, 2; chunks 'aaab' and ' aab': (a, a) occurs 3 times
+    merges = call(train_bpe, "aaab aab", 2, name="train_bpe('aaab aab', 2)")
+    merges = [tuple(p) for p in merges]
+    if merges[:1] != [(1, 1)] or len(merges) != 2:
+        raise CheckFailure(f"train_bpe('aaab aab', 2) should start with (1, 1) = ('a', 'a'), "
+                           f"counted 3 times, and learn 2 merges; got {merges!r}.")
+    tok = call(BPETokenizer, [" ", "a", "b"], merges, name="BPETokenizer([' ', 'a', 'b'], merges)")
+    ids = call(tok.encode, "aab aaab", name="encode('aab aaab')")
+    if len(ids) >= 8 or call(tok.decode, ids, name="decode") != "aab aaab":
+        raise CheckFailure(f"encode('aab aaab') gave {ids!r}: it should use the merges (fewer "
+                           "than 8 ids) and decode back to 'aab aaab'.")
+    passed(f"BPE: merge from the left; train_bpe('aaab aab', 2) = {merges}; encode('aab aaab') "
+           f"= {list(ids)}, decoded back")
