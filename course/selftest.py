@@ -1,12 +1,12 @@
-"""Check a numeric self-test answer in the notebook: ``check(day, question, answer)``.
+"""Check a numeric self-test answer in the notebook: ``check_answer(day, question, answer)``.
 
 Every day ends with self-test questions, and each has an answer to reveal under it. A question
 whose answer is a number (a parameter count, a loss at initialisation, a memory size, a ratio,
 a shape) can also be checked at once::
 
-    from course.selftest import check
-    check(3, 2, 787_968)          # prints "✅ right: ..." or "❌ not quite: ..."
-    check(11, 1, (50, 5))         # a question with two parts takes a tuple
+    from course.selftest import check_answer
+    check_answer(3, 2, 787_968)   # prints "✅ right: ..." or "❌ not quite: ..."
+    check_answer(11, 1, (50, 5))  # a question with two parts takes a tuple
 
 A wrong answer never raises: it prints a hint, naming the slip when it is a common one. Only a
 question that has no numeric check raises ``ValueError``. The expected values are computed
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["check", "verdict", "QUESTIONS"]
+__all__ = ["check_answer", "verdict", "QUESTIONS"]
 
 Shape = tuple[int, ...]
 
@@ -326,7 +326,7 @@ def verdict(day: int, question: int, answer) -> tuple[bool, str]:
     return False, "❌ not quite: " + "; ".join(lines) + "."
 
 
-def check(day: int, question: int, answer) -> None:
+def check_answer(day: int, question: int, answer) -> None:
     """Print whether ``answer`` to self-test ``question`` of ``day`` is right, and why.
 
     A question with several parts takes a tuple, in the order the question asks them. Never

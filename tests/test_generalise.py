@@ -340,7 +340,8 @@ _BPE_OTHER_WAY = """
         # counts kept up to date merge by merge (as fast trainers do), ties by the smallest pair
         chars = list(chars) if chars is not None else sorted(set(text))
         index = {c: i for i, c in enumerate(chars)}
-        words = {tuple(index[c] for c in w): n for w, n in Counter(PRETOKENIZE.findall(text)).items()}
+        counted = Counter(PRETOKENIZE.findall(text))
+        words = {tuple(index[c] for c in w): n for w, n in counted.items()}
         merges = []
         while len(merges) < num_merges:
             stats = defaultdict(int)

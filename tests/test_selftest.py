@@ -3,8 +3,9 @@
 Each day's recap lists its questions after "**Self-test.**"; the answers follow, one
 ``<details><summary>Answer k</summary>`` block per question (collapsed in JupyterLab and in the
 exported HTML), in the recap cell or the markdown cells right after it. A question with a number
-for an answer is checked by ``course.selftest.check``; its expected value is computed there, the
-revealed answer writes it, and the day's check cell offers one commented call per such question.
+for an answer is checked by ``course.selftest.check_answer``; its expected value is computed
+there, the revealed answer writes it, and the day's check cell offers one commented call per such
+question.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import nbformat
 import pytest
 
 from course import selftest
-from course.selftest import QUESTIONS, check, verdict
+from course.selftest import QUESTIONS, check_answer, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "source").glob("day*/day*.ipynb"))
 MARKER = "**Self-test.**"
 DETAILS = re.compile(r"<details(?P<attrs>[^>]*)>\s*<summary>(?P<summary>.*?)</summary>"
                      r"(?P<body>.*?)</details>", re.S)
-CALL = re.compile(r"^#\s*check\((\d+),\s*(\d+),\s*(.+?)\)\s*(?:#.*)?$", re.M)
+CALL = re.compile(r"^#\s*check_answer\((\d+),\s*(\d+),\s*(.+?)\)\s*(?:#.*)?$", re.M)
 
 
 def _day(path: Path) -> int:
@@ -113,7 +114,7 @@ def test_a_numeric_check_agrees_with_the_answer_it_states(key, capsys):
     # the form the answer writes is accepted too ("787,968", "(2, 10, 7)")
     written = tuple(p.stated for p in q.parts) if len(q.parts) > 1 else q.parts[0].stated
     assert verdict(day, number, written)[0], f"{written!r} is refused"
-    check(day, number, right)
+    check_answer(day, number, right)
     assert capsys.readouterr().out == message + "\n"
 
 
@@ -146,11 +147,11 @@ def test_a_wrong_answer_says_not_quite_and_never_raises(key):
 
 def test_an_unknown_question_raises_value_error():
     with pytest.raises(ValueError, match="no numeric check"):
-        check(1, 1, 3)
+        check_answer(1, 1, 3)
     with pytest.raises(ValueError, match="numeric questions: 2"):
-        check(3, 1, 3)
+        check_answer(3, 1, 3)
     with pytest.raises(ValueError):
-        check(99, 1, 0)
+        check_answer(99, 1, 0)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.parent.name)

@@ -230,8 +230,8 @@ def _train_case(train_bpe, text: str, num_merges: int, label: str,
     mistakes = {
         "on a tie between pairs of equal count, take the smallest pair of ids "
         "(min over (-count, pair)); yours took the largest": dict(tie=max),
-        "each chunk's pairs count as many times as the chunk occurs in the text; yours "
-        "counted every distinct chunk once": dict(weighted=False),
+        "each chunk's pairs count as many times as the chunk occurs in the text; yours added "
+        "1 per distinct chunk instead of the chunk's count": dict(weighted=False),
         "count pairs inside chunks only (PRETOKENIZE.findall(text)); yours counted pairs "
         "across chunks, so tokens can span a space or a newline": dict(chunked=False),
         "your merge keeps the pair's second id (or overlaps occurrences): after a "
@@ -240,8 +240,10 @@ def _train_case(train_bpe, text: str, num_merges: int, label: str,
                                                                               + 1),
     }
     if given:
-        mistakes["number the characters as `chars` gives them (id i for chars[i]) when it is "
-                 "passed; yours used sorted(set(text))"] = dict(chars=None)
+        mistakes["number the characters as `chars` gives them (id i for chars[i], in its "
+                 "order) when it is passed; yours used sorted(set(text))"] = dict(chars=None)
+        mistakes["number the characters as `chars` gives them (id i for chars[i], in its "
+                 "order); yours sorted them"] = dict(chars=sorted(chars))
     found = next((why for why, kw in mistakes.items()
                   if train(text, num_merges, **{"chars": chars, **kw}) == got), "")
     if len(got) != len(want) and got == want[:len(got)]:
@@ -274,10 +276,10 @@ def _train_cases(train_bpe) -> None:
     _train_case(train_bpe, _drawn_letters(43), int(torch.randint(10, 16, (1,), generator=g)),
                 "a text over 'abc', space and newline")
     _train_case(train_bpe, "aaaa aa", 5, "'aaaa aa'")
-    # a base vocabulary larger than the text's characters: the ids follow `chars`
+    # a base vocabulary larger than the text's characters, not in sorted order: id i is chars[i]
     letters = _drawn_letters(46, 300)
     _train_case(train_bpe, letters, 8, "a text over 'abc', space and newline",
-                chars=sorted(set(letters) | set("ABCXYZ!?")))
+                chars=sorted(set(letters) | set("ABCXYZ!?"), reverse=True))
 
 
 # --------------------------------------------------------------------------- encode
@@ -285,7 +287,7 @@ def _train_cases(train_bpe) -> None:
 
 def _encode_case(BPETokenizer, chars: list[str], merges: list[Pair], s: str,
                  label: str) -> None:
-    tok = call(BPETokenizer, list(chars), [list(p) for p in merges],
+    tok = call(BPETokenizer, list(chars), [tuple(p) for p in merges],
                name=f"BPETokenizer(chars, merges) ({label})")
     name = f"encode({s!r})" if len(s) <= 30 else f"encode({label}, {len(s)} characters)"
     got = _ids(call(tok.encode, s, name=name), name)
@@ -338,7 +340,7 @@ def _encode_cases(BPETokenizer) -> None:
     _encode_case(BPETokenizer, small, order, "abc abc\nbcbc ac ab",
                  "merges learned in another order")
     _encode_case(BPETokenizer, small, order, "", "merges learned in another order")
-    tok = call(BPETokenizer, small, [list(p) for p in order], name="BPETokenizer(chars, merges)")
+    tok = call(BPETokenizer, small, [tuple(p) for p in order], name="BPETokenizer(chars, merges)")
     try:
         got = tok.encode("abz")
     except ValueError as exc:
