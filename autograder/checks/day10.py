@@ -21,6 +21,10 @@ from course.probes import (
     hook_count,
 )
 
+# check_one_step_changes steps SGD and Adam here for its expected values: the judge's warm-up
+# takes one optimizer step first (PyTorch's first step() imports its compiler stack, ~1 s).
+JUDGE_STEPS_OPTIMIZERS = True
+
 # ---------------------------------------------------------------------------- gradient_norms
 
 
