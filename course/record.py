@@ -71,6 +71,22 @@ FORMATS = {
     "rope_loss_beyond": ("RoPE, positions beyond training: loss", "{:.3f}"),
     "no_positions_loss_within": ("no positions, trained positions: loss", "{:.3f}"),
     "no_positions_loss_beyond": ("no positions, beyond training: loss", "{:.3f}"),
+    "resume_from_day13": ("resuming: started from the Day 13 checkpoint (1 yes, 0 no)", "{:.0f}"),
+    "resume_gap": ("resumed vs uninterrupted: largest weight difference", "{:.3g}"),
+    "resume_size_ratio": ("checkpoint with the optimizer / weights only", "{:.2f}x"),
+    "resume_step_restored": ("first step after loading, restored AdamW: median change / lr",
+                             "{:.2f}"),
+    "resume_step_fresh": ("first step after loading, fresh AdamW: median change / lr", "{:.2f}"),
+    "dropout_best_val_0": ("dropout 0: best held-out loss", "{:.3f}"),
+    "dropout_best_step_0": ("dropout 0: step of the best held-out loss", "{:.0f}"),
+    "dropout_final_val_0": ("dropout 0: held-out loss at the end", "{:.3f}"),
+    "dropout_final_train_0": ("dropout 0: training loss at the end", "{:.3f}"),
+    "dropout_best_val_2": ("dropout 0.2: best held-out loss", "{:.3f}"),
+    "dropout_best_step_2": ("dropout 0.2: step of the best held-out loss", "{:.0f}"),
+    "dropout_final_val_2": ("dropout 0.2: held-out loss at the end", "{:.3f}"),
+    "dropout_final_train_2": ("dropout 0.2: training loss at the end", "{:.3f}"),
+    "resume_fresh_jump": ("fresh AdamW: largest loss above the uninterrupted run", "{:.4f}"),
+    "resume_fresh_mean": ("fresh AdamW: mean loss above the uninterrupted run", "{:+.4f}"),
 }
 
 

@@ -61,6 +61,20 @@ CLAIMS = [
      lambda f: f["rope_loss_beyond"] > f["rope_loss_within"]),
     ("day14", "Without QK-norm it grows step after step",
      lambda f: f["largest_logit_plain"] > 10 * f["largest_logit_qk_norm"]),
+    ("day14", "run must end with the same weights, to the last bit",
+     lambda f: f["resume_gap"] == 0),
+    ("day14", "Day 13 said about three times", lambda f: 2.5 < f["resume_size_ratio"] < 3.5),
+    ("day14", "without dropout the held-out loss is lowest, 2.335, at step 200",
+     lambda f: f["dropout_best_step_0"] == 200
+     and f["dropout_final_val_0"] > f["dropout_best_val_0"] + 0.1
+     and f["dropout_final_train_0"] < f["dropout_final_val_0"] - 1),
+    ("day14", "the best held-out loss is about the same, 2.365 at step 250",
+     lambda f: f["dropout_best_step_2"] == 250
+     and abs(f["dropout_best_val_2"] - f["dropout_best_val_0"]) < 0.05),
+    ("day14", "the held-out loss climbs less",
+     lambda f: f["dropout_final_val_0"] - f["dropout_best_val_0"]
+     > f["dropout_final_val_2"] - f["dropout_best_val_2"]
+     and f["dropout_final_train_2"] > f["dropout_final_train_0"]),
 ]
 
 
