@@ -72,6 +72,8 @@ class Verdict:
     forbidden: list[str] = field(default_factory=list)
     stopped: str = ""                 # the kernel timed out ("timeout") or died ("died")
     internal: str = ""                # the grader's own failure (never the learner's)
+    check: str = ""                   # the check function's name
+    leans_on: list[str] = field(default_factory=list)   # observed: the value checks it needs
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -240,7 +242,8 @@ def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
         passed, internal = False, "grader bug"
         message = (f"internal error of the grader (not your code): {call.function} is a value "
                    "check but compared no value")
-    return Verdict(passed, message, call.names, kind, used_forbid, stopped, internal)
+    return Verdict(passed, message, call.names, kind, used_forbid, stopped, internal,
+                   call.function, list(getattr(check, "leans_on", ())))
 
 
 def gate(verdicts: dict[str, Verdict]) -> dict[str, str]:
@@ -248,14 +251,18 @@ def gate(verdicts: dict[str, Verdict]) -> dict[str, str]:
 
     An observed check is paid only when every value check judging one of its names passed
     (a value check that failed or raised before any value came back has failed); with no
-    value check on its names there is nothing to lean on and it is paid as observed.
+    value check on its names there is nothing to lean on and it is paid as observed. An
+    observed check that declares what it ``leans_on`` (``autograder.checks.leans_on``: the
+    value checks of the code path it observes) is withheld only for those: a wrong top-p
+    does not withhold the crop test of the same ``generate``.
     """
     unpaid = {}
     for gid, v in verdicts.items():
         if v.kind != "observed" or not v.passed:
             continue
         failed = [g for g, w in verdicts.items() if w.kind == "value" and not w.passed
-                  and set(w.names) & set(v.names)]
+                  and set(w.names) & set(v.names)
+                  and (not v.leans_on or w.check in v.leans_on)]
         if failed:
             unpaid[gid] = (f"not awarded: this check takes the kernel's word, and the value "
                            f"checks of {', '.join(v.names)} did not all pass "

@@ -13,7 +13,10 @@ Each ``autograder/mutants/dayNN.toml`` lists mutants as tables::
     why = "exp(1000) overflows to inf, and inf / inf is NaN"
 
 ``verify`` grades every mutant and checks that it loses points on ``test`` and that the
-message of that test's failure contains ``diagnosis`` (case-insensitive).
+message of that test's failure contains ``diagnosis`` (case-insensitive). With
+``alone = true`` it also checks that no other test of the day lost a point (but those listed
+in ``also``, other tests of the same exercise): a mistake in one exercise costs that exercise
+alone, not the exercises built on it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ class Mutant:
     diagnosis: str
     why: str = ""
     all: bool = False  # replace every occurrence instead of exactly one
+    # "one mistake costs once": every other test of the day keeps its points, but those of
+    # ``also`` (other tests of the same exercise)
+    alone: bool = False
+    also: tuple[str, ...] = ()
 
     def apply(self, nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         """Return a copy of ``nb`` with the mistake applied to the cell ``self.cell``."""

@@ -45,6 +45,13 @@ def check_mutant(m: Mutant, r: Result) -> str | None:
     if m.diagnosis.lower() not in test.message.lower():
         return (f"mutant {m.id}: test {m.test} failed without the diagnosis "
                 f"{m.diagnosis!r}; its message was: {test.message[:400]!r}")
+    if m.alone:
+        also = [t for t in r.tests if t.grade_id != m.test and t.grade_id not in m.also
+                and t.points < t.max_points]
+        if also:
+            return (f"mutant {m.id}: one mistake cost more than its exercise: "
+                    + "; ".join(f"{t.grade_id} lost {t.max_points - t.points:g} "
+                                f"({t.message[:160]!r})" for t in also))
     return None
 
 

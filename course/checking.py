@@ -304,10 +304,14 @@ def assert_close(
     atol: float = 1e-6,
     hint: str = "",
     step: str = "",
+    labels: Sequence[str] | None = None,
 ) -> None:
     """Compare values with stated tolerances; report the worst element, the first step of
     the computation that differs (``step``, see ``autograder.checks.first_difference``),
     how the values differ (``localise``) and a hint.
+
+    ``labels`` names the entries of a 1-D value (the keys of a dictionary): the message then
+    names the entries that differ instead of locating indices, which mean nothing there.
 
     Raises:
         GraderBug: ``expected`` was computed from values the learner's kernel sent.
@@ -322,6 +326,15 @@ def assert_close(
         return
     diff = (a - e).abs()
     worst = int(diff.argmax())
+    if labels is not None and a.dim() == 1 and len(labels) == a.numel():
+        off = ~torch.isclose(a, e, rtol=rtol, atol=atol)                  # (N,)
+        differ = [labels[i] for i in off.nonzero().flatten().tolist()]
+        raise CheckFailure(
+            f"{name} differs from the expected values (rtol={rtol}, atol={atol}) for "
+            f"{', '.join(repr(n) for n in differ)}: the largest difference is at "
+            f"{labels[worst]!r} (got {float(a[worst]):.6g}, expected {float(e[worst]):.6g})."
+            + (f"\nStep: {step}." if step else "")
+            + (f"\nHint: {hint}" if hint else ""))
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), a.shape))
     where = localise(a, e, rtol=rtol, atol=atol)
     raise CheckFailure(

@@ -97,3 +97,14 @@ def test_a_float_size_in_view_gets_the_integer_division_hint():
     exc = TypeError("view(): argument 'size' failed to unpack the object at pos 4 with error "
                     "\"type must be tuple of ints,but got float\"")
     assert "integer division" in _hint_for(exc)
+
+
+def test_assert_close_names_the_entries_of_a_dictionary_not_indices():
+    """Does a value built from a dictionary get the names of its differing entries, and no
+    "Where:" line about indices (which mean nothing for a dictionary)?"""
+    with pytest.raises(CheckFailure) as info:
+        assert_close(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.5, 4.0]), "changes",
+                     labels=["layer.weight", "layer.bias", "extra"])
+    message = str(info.value)
+    assert "'layer.bias', 'extra'" in message and "'extra' (got 3, expected 4)" in message
+    assert "Where:" not in message and "index" not in message

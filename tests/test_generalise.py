@@ -76,6 +76,10 @@ TOP_P = """
         for _ in range(max_new_tokens):
             logits = model(idx[:, -model.n_ctx:])[:, -1, :].to(torch.{dtype}) / temperature
             probs = torch.softmax(logits, dim=-1)
+            if top_k is not None:              # in probability space, renormalised
+                kth = probs.topk(min(top_k, probs.size(-1)), dim=-1).values[..., -1:]
+                probs = probs.masked_fill(probs < kth, 0.0)
+                probs = probs / probs.sum(dim=-1, keepdim=True)
             if top_p is not None:
                 p, order = probs.sort(dim=-1, descending=True)
                 cum = p.cumsum(dim=-1)
@@ -227,6 +231,22 @@ def test_a_wrong_causal_mask_costs_its_own_test_only(root, check, name):
                                            "torch.tril(ones, diagonal=-1)"))
     assert not _verdict(ns, "day12", "check_causal_mask_values", "causal_mask").passed
     v = _verdict(ns, "day12", check, name)
+    assert v.passed, v.message
+
+
+@pytest.mark.parametrize("find, replace", [
+    (".tril(diagonal=S - T)", ".tril()"),                       # decoding mask not offset
+    ("x1, x2 = x[..., :half], x[..., half:]", "x2, x1 = x[..., :half], x[..., half:]"),  # RoPE
+])
+@pytest.mark.parametrize("check", ["check_modern_gpt_cache", "check_modern_gpt_structure"])
+def test_a_wrong_cached_attention_costs_its_own_test_only(root, find, replace, check):
+    """A CachedCausalSelfAttention (or its RoPE) that fails its own test leaves a right
+    ModernGPT its points: the model is judged with every attention's output projection at
+    zero, so the observed structure test is paid too."""
+    ns = _solution_namespace(root, DAY14, (find, replace))
+    assert not _verdict(ns, "day14", "check_cached_attention_matches_full",
+                        "CachedCausalSelfAttention").passed
+    v = _verdict(ns, "day14", check, "ModernGPT")
     assert v.passed, v.message
 
 

@@ -206,6 +206,27 @@ def test_gate_withholds_observed_checks_of_failed_names():
     assert list(unpaid) == ["device"] and "values" in unpaid["device"]
 
 
+def test_gate_withholds_an_observed_check_only_for_the_value_checks_it_leans_on():
+    """Does a wrong top-p leave the crop test of the same generate paid, while a wrong plain
+    sampler still withholds it?"""
+    V = judge.Verdict
+    crop = V(True, "", ["generate"], "observed", check="check_generate_crop",
+             leans_on=["check_generate_temperature"])
+    top_p = V(False, "differs", ["generate"], "value", check="check_generate_top_p")
+    plain = V(True, "", ["generate"], "value", check="check_generate_temperature")
+    assert judge.gate({"crop": crop, "top_p": top_p, "plain": plain}) == {}
+    plain_wrong = V(False, "differs", ["generate"], "value", check="check_generate_temperature")
+    assert list(judge.gate({"crop": crop, "top_p": top_p, "plain": plain_wrong})) == ["crop"]
+
+
+def test_day13_crop_test_leans_on_the_plain_sampling_check_that_exists():
+    from autograder.checks import day13
+
+    assert day13.check_generate_crop.kind == "observed"
+    assert all(callable(getattr(day13, name, None)) and getattr(day13, name).kind == "value"
+               for name in day13.check_generate_crop.leans_on)
+
+
 def test_static_review_flags_the_builtin_not_the_learner_function():
     own = ["def softmax(x, dim=-1):\n    e = (x - x.max(dim, keepdim=True).values).exp()\n"
            "    return e / e.sum(dim, keepdim=True)\n",
@@ -273,3 +294,36 @@ def test_the_kernel_makes_only_public_course_and_torch_objects(path):
     with pytest.raises(Exception) as info:
         conn.request({"op": "make", "path": path})
     assert "may not make" in str(info.value)
+
+
+def test_training_result_numbers_the_characters_the_way_the_learner_trained():
+    """Does the Day 13 judge number the validation windows with the learner's tokenizer when
+    its ids are a permutation (first-appearance order), and fall back to sorted order when
+    they are not a bijection or encode fails?"""
+    from autograder.checks import day13
+
+    chars = ["\n", " ", "a", "b"]
+
+    class Tok:
+        def __init__(self, order):
+            self.order = order
+
+        def encode(self, s):
+            return [self.order.index(c) for c in s]
+
+    first_seen = ["b", "a", " ", "\n"]
+    assert day13._learner_numbering(Tok(first_seen), chars) == {"\n": 3, " ": 2, "a": 1,
+                                                                 "b": 0}
+    sorted_ids = {c: i for i, c in enumerate(chars)}
+    assert day13._learner_numbering(None, chars) == sorted_ids
+
+    class Broken:
+        def encode(self, s):
+            return [0 for _ in s]
+
+    class Raises:
+        def encode(self, s):
+            raise KeyError(s[0])
+
+    assert day13._learner_numbering(Broken(), chars) == sorted_ids
+    assert day13._learner_numbering(Raises(), chars) == sorted_ids

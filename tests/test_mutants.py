@@ -35,3 +35,22 @@ def test_a_mutant_whose_text_is_absent_is_an_error(root):
     nb = nbformat.read(str(root / "solutions" / m.day / f"{m.day}.ipynb"), as_version=4)
     with pytest.raises(MutantError, match=m.id):
         m.apply(nb)
+
+
+def test_a_mutant_marked_alone_fails_verify_when_another_exercise_loses_points():
+    """Does verify hold "one mistake costs once": a mutant marked alone that also costs a test
+    outside its exercise is reported, naming that test; one of ``also`` is allowed?"""
+    from autograder.mutants import Mutant
+    from autograder.records import Result, TestResult
+    from autograder.verify import check_mutant
+
+    m = Mutant(id="m", day="d", cell="c", find="a", replace="b", test="t_own",
+               diagnosis="sorted order", alone=True, also=("t_same_exercise",))
+    own = TestResult("t_own", 0, 1, "number the characters in sorted order")
+    same = TestResult("t_same_exercise", 0, 1, "differs")
+    other = TestResult("t_other", 1, 2, "loss too high")
+    result = Result("m", "d", "graded", tests=[own, same, TestResult("t_other", 2, 2)])
+    assert check_mutant(m, result) is None
+    result = Result("m", "d", "graded", tests=[own, same, other])
+    problem = check_mutant(m, result)
+    assert problem and "t_other lost 1" in problem and "t_same_exercise" not in problem

@@ -114,6 +114,17 @@ def observed_check(fn: Callable) -> Callable:
     return fn
 
 
+def leans_on(*checks: str) -> Callable[[Callable], Callable]:
+    """Declare which value checks (function names) an observed check's code path needs: the
+    gate then withholds it only when one of those fails, not for every failure of the same
+    name. An observed check of ``generate``'s cropping leans on the plain sampling check, not
+    on top-p (``autograder.judge.gate``)."""
+    def mark(fn: Callable) -> Callable:
+        fn.leans_on = checks
+        return fn
+    return mark
+
+
 # The key every seed of the running check is derived from: set by the judge for each
 # hidden test (:func:`seeded`); b"" when checks run in one process without a judge.
 _KEY: list[bytes] = [b""]
@@ -285,12 +296,13 @@ def _agree(names: list[str]) -> str:
 def compare(actual: torch.Tensor, expected: torch.Tensor, name: str,
             candidates: dict[str, torch.Tensor] | None = None, rtol: float = 1e-5,
             atol: float = 1e-6, hint: str = "", steps: Sequence[Step] = (),
-            where: str = "") -> None:
+            where: str = "", labels: Sequence[str] | None = None) -> None:
     """``assert_close`` whose hint names the classic mistake that reproduces ``actual``.
 
     When no catalogued mistake does, ``steps`` (the quantities computed before this value,
     in order) and ``where`` (where the mistake is when they all match) name the first step
-    of the computation that differs (see ``first_difference``).
+    of the computation that differs (see ``first_difference``). ``labels`` names the entries
+    of a 1-D value (a dictionary's keys, in order): the message names those that differ.
     """
     checking.refuse_kernel_expected(expected, name)
     actual = expect_tensor(actual, name, shape=tuple(expected.shape))
@@ -299,7 +311,8 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, name: str,
         return
     found = diagnose(actual, candidates or {})
     step = "" if found else first_difference(steps, name, where, rtol=rtol, atol=atol)
-    assert_close(actual, expected, name, rtol=rtol, atol=atol, hint=found or hint, step=step)
+    assert_close(actual, expected, name, rtol=rtol, atol=atol, hint=found or hint, step=step,
+                 labels=labels)
 
 
 @contextlib.contextmanager

@@ -68,7 +68,7 @@ def check_gradient_norms(gradient_norms) -> None:
              "you returned the largest absolute gradient entry: use the L2 norm":
                  torch.tensor([float(dict(model.named_parameters())[n].grad.abs().max())
                                for n in names], dtype=torch.float64)},
-            rtol=1e-5, atol=1e-7)
+            rtol=1e-5, atol=1e-7, labels=names)
 
 
 # -------------------------------------------------------------------------- activation_stats
@@ -283,7 +283,7 @@ def check_one_step_changes(one_step_changes) -> None:
                  table(_changes(model, inputs, labels, lr, reduce=lambda d: d.abs().mean())),
              "you took an Adam or AdamW step: take a plain SGD step":
                  table(_changes(model, inputs, labels, lr, optimizer=torch.optim.Adam))},
-            rtol=1e-5, atol=1e-8)
+            rtol=1e-5, atol=1e-8, labels=names)
 
 
 # -------------------------------------------------------------------------------- dead_units

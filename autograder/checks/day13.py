@@ -17,6 +17,7 @@ from autograder.checks import (
     call,
     derive,
     expect_tensor,
+    leans_on,
     manual_seed,
     observed_check,
     rng,
@@ -182,6 +183,14 @@ def check_estimate_loss_values(estimate_loss, get_batch) -> None:
     if model.table.grad is not None:
         raise CheckFailure("estimate_loss built a graph and filled .grad: wrap it in "
                            "torch.no_grad() and never call backward there.")
+    # The other starting state: a model already in eval mode must stay there.
+    model.eval()
+    call(estimate_loss, model, data, 6, 10, eval_iters=1, generator=generator(34),
+         name="estimate_loss(model in eval mode, data, 6, 10, eval_iters=1)")
+    if model.training:
+        raise CheckFailure("estimate_loss put a model that was in eval mode into training "
+                           "mode: restore the mode it had (was_training = model.training "
+                           "first, then model.train(was_training)), not model.train().")
     manual_seed(35)
     fresh = ReferenceTinyGPT(65, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
     with torch.no_grad():
@@ -305,7 +314,7 @@ def _train_learns(train) -> None:
 
 
 @value_check
-def check_training_result(history, model, get_batch=None) -> None:
+def check_training_result(history, model, get_batch=None, tok=None) -> None:
     """The notebook's trained model, scored here: validation loss below 3.2 (ln 65 = 4.17).
 
     The loss is measured by the judge on windows of its own copy of Tiny Shakespeare's
@@ -316,12 +325,36 @@ def check_training_result(history, model, get_batch=None) -> None:
     replaced must leave the logits before it unchanged (a model that reads the next character
     scores nothing). The notebook's history is read for the message only. With ``get_batch``,
     a failure caused by a wrong ``get_batch`` says so first.
+
+    With ``tok`` (the notebook's tokenizer), the windows are numbered the way the model was
+    trained: when ``tok.encode`` of Tiny Shakespeare's 65 characters in sorted order is a
+    permutation of 0..64, that permutation numbers the characters (a tokenizer whose only fault
+    is the order of its ids loses its points in its own test, not here too). A relabelling of
+    the characters cannot lower the loss a model without knowledge of the text can reach, so
+    this takes nothing on the kernel's word that a forger could use; anything else numbers
+    them in sorted order.
     """
     with _get_batch_first(get_batch):
-        _training_result(history, model)
+        _training_result(history, model, tok)
 
 
-def _training_result(history, model) -> None:
+def _learner_numbering(tok, chars: list[str]) -> dict[str, int]:
+    """{character: id} of the learner's tokenizer when it is a bijection onto 0..len-1 of
+    ``chars``; else the sorted numbering."""
+    sorted_ids = {c: i for i, c in enumerate(chars)}
+    if tok is None:
+        return sorted_ids
+    try:
+        ids = call(tok.encode, "".join(chars), name="tok.encode(the 65 characters)")
+        ids = [int(i) for i in ids]
+    except Exception:  # noqa: BLE001 - a tokenizer that fails here is judged in its own test
+        return sorted_ids
+    if sorted(ids) != list(range(len(chars))):
+        return sorted_ids
+    return dict(zip(chars, ids, strict=True))
+
+
+def _training_result(history, model, tok=None) -> None:
     if not isinstance(history, dict) or "val_loss" not in history or not history["val_loss"]:
         raise CheckFailure("the training cell produced no history['val_loss'].")
     vals = [float(v) for v in history["val_loss"]]
@@ -335,7 +368,8 @@ def _training_result(history, model) -> None:
         raise CheckFailure(f"`model` should be the trained TinyGPT, got {type(model)}.")
     g = rng(39)
     starts = torch.randint(0, len(val) - block - 1, (16,), generator=g)
-    ids = torch.tensor([[chars.index(c) for c in val[s:s + block + 1]] for s in starts.tolist()])
+    number = _learner_numbering(tok, chars)
+    ids = torch.tensor([[number[c] for c in val[s:s + block + 1]] for s in starts.tolist()])
     cut = int(torch.randint(8, block - 8, (1,), generator=g))
     changed = ids[:, :-1].clone()                                       # (16, block)
     changed[:, cut:] = torch.randint(0, vocab, (16, block - cut), generator=g)
@@ -389,6 +423,7 @@ def _fmt(t: torch.Tensor) -> str:
 
 
 @observed_check
+@leans_on("check_generate_temperature")
 def check_generate_crop(generate) -> None:
     """n_ctx = 5: every input <= 5 tokens and equal to the last 5 of the sequence so far."""
     g = rng(40)
@@ -508,4 +543,33 @@ def check_generate_top_p(generate) -> None:
                    "mass first reaches p; scatter the mask back to the original token order"
         raise CheckFailure(f"with top_p={p} the frequencies were {_fmt(freq)}, expected "
                            f"{_fmt(want)} (±{TOL}, {kept} token(s) kept): {hint}.")
+    _top_p_order(generate, probs, order)
     note_value_checked()
+
+
+def _top_p_order(generate, probs: torch.Tensor, order: list[int]) -> None:
+    """The order of the steps: top_p on the tempered probabilities (temperature 2, top_p 0.7:
+    3 tokens, against 2 untempered) and among the tokens top_k kept (top_k 2, top_p 0.5: 1
+    token, the 2 kept ones renormalised to 0.6 and 0.4; against 2 when top_p runs first).
+    The cumulative sums (0.328, 0.596, 0.785 tempered; 0.6 after top_k) are 0.1 from the p."""
+    tempered = probs.sqrt() / probs.sqrt().sum()                   # softmax(log p / 2)
+    cases = (
+        (dict(temperature=2.0, top_p=0.7), 3, tempered, 2,
+         "apply the temperature before top_p: the kept set is chosen from "
+         "softmax(logits / temperature), the probabilities that are sampled"),
+        (dict(top_k=2, top_p=0.5), 1, probs, 2,
+         "apply top_k before top_p: top_p's mass is measured among the tokens top_k kept, "
+         "their probabilities renormalised"),
+    )
+    for n, (kwargs, kept, dist, wrong, hint) in enumerate(cases):
+        freq = _frequencies(generate, probs.log(), 70 + n, **kwargs)
+        keep = torch.zeros(5, dtype=torch.bool)
+        keep[order[:kept]] = True
+        want = torch.where(keep, dist, 0.0) / dist[keep].sum()
+        if float((freq - want).abs().max()) <= TOL:
+            continue
+        label = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+        why = hint if int((freq > 0).sum()) == wrong else (
+            "the steps run in order: temperature, then top_k, then top_p on what is left")
+        raise CheckFailure(f"with {label} the frequencies were {_fmt(freq)}, expected "
+                           f"{_fmt(want)} (±{TOL}, {kept} token(s) kept): {why}.")

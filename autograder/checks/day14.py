@@ -61,6 +61,10 @@ def check_rmsnorm_matches_torch(RMSNorm) -> None:
         "eps is outside the square root: use sqrt(mean(x²) + eps)": x / (ms.sqrt() + eps) * w,
         "you divided by the mean square, not its square root": x / (ms + eps) * w,
         "you forgot the gain `weight`": x / torch.sqrt(ms + eps),
+        "you ignored the module's eps (0.1 here), or used a fixed one such as 1e-6: add "
+        "self.eps inside the square root": x / ms.sqrt() * w,
+        "you subtracted the mean before dividing by the root mean square: RMSNorm does not "
+        "centre": (x - x.mean(-1, keepdim=True)) / torch.sqrt(ms + eps) * w,
         "you normalised by the sum of squares instead of the mean": x / torch.sqrt(
             x.pow(2).sum(-1, keepdim=True) + eps) * w,
     }
@@ -368,10 +372,19 @@ def check_modern_gpt_cache(ModernGPT) -> None:
     model = expect_module(ModernGPT, vocab, d_model=32, num_heads=4, num_layers=2, max_len=16,
                           d_ff=40).double().eval()
     attns = [b.attn for b in getattr(model, "blocks", [])]
+    try:
+        with torch.no_grad():
+            attention_right = bool(attns) and all(_cache_right(a, 4) for a in attns)
+    except Exception:  # noqa: BLE001 - an attention that cannot even run is not right
+        attention_right = False
+    # One mistake costs once: when the attention already lost its points in its own test,
+    # the rest of ModernGPT is judged with every attention's output projection at zero (each
+    # block's attention then adds nothing, right or wrong). An attention that crashes still
+    # fails here, and the message names it first.
     with upstream(_rope_first(attns, 8),
                   ("your CachedCausalSelfAttention fails day14_cached_attention_matches_full",
                    lambda: all(_cache_right(a, 4) for a in attns))):
-        _model_cache(model, vocab)
+        _model_cache(model, vocab, attention_off=bool(attns) and not attention_right)
     small = expect_module(ModernGPT, 11, d_model=16, num_heads=2, num_layers=1, max_len=8,
                           d_ff=24).eval()
     tokens = torch.randint(0, 11, (2, 6), generator=rng(57))
@@ -397,8 +410,14 @@ def _modern_gpt_ref(w: dict, idx: torch.Tensor, heads: int) -> torch.Tensor:
     return F.linear(_rms(h, w["norm_f.weight"]), w.get("head.weight", w["tok.weight"]))
 
 
-def _model_cache(model, vocab) -> None:
+def _model_cache(model, vocab, attention_off: bool = False) -> None:
+    """Full pass and prefill + cached decoding of ``model`` against :func:`_modern_gpt_ref` on
+    the judge's weights; ``attention_off`` zeroes every ``attn.proj`` (judge and model alike),
+    for a model whose attention already failed its own test."""
     w = randomize(model, 58)
+    if attention_off:
+        off = {k: torch.zeros_like(v) for k, v in w.items() if k.endswith("attn.proj.weight")}
+        w.update(inject(model, off))
     g = rng(56)
     idx = torch.randint(0, vocab, (2, 8), generator=g)
     with torch.no_grad():
@@ -419,7 +438,10 @@ def _model_cache(model, vocab) -> None:
         if not torch.allclose(full[:, :5], other[:, :5], atol=1e-9):
             raise CheckFailure("changing tokens 5..7 changed the logits at positions 0..4: "
                                "the model is not causal.")
-    compare(full, expected, "logits of a full pass", rtol=1e-5, atol=1e-6,
+    off_note = (" (judged with every attention's output projection at zero: your attention "
+                "fails its own test, day14_cached_attention_matches_full, so only the rest of "
+                "the model is judged here)") if attention_off else ""
+    compare(full, expected, "logits of a full pass" + off_note, rtol=1e-5, atol=1e-6,
             hint="the contract: tok -> blocks (x + attn(norm1(x)), then x + mlp(norm2(x))) -> "
                  "norm_f -> the head tied to tok.")
     with torch.no_grad():
@@ -454,6 +476,29 @@ def _greedy_recompute(model, idx, n):
     return idx
 
 
+def _generation_difference(got: torch.Tensor, want: torch.Tensor, prompt: torch.Tensor) -> str:
+    """Where the generated tokens (B, T) first differ from greedy recomputation, and the likely
+    cause: the first differing row and position, that row of both, and a hint."""
+    n = prompt.size(1)
+    row, pos = (int(i) for i in (got != want).nonzero()[0])          # first in row-major order
+    where = (f"the cached generation differs from greedy recomputation in row {row} from "
+             f"position {pos} on: row {row} got {got[row].tolist()}, expected "
+             f"{want[row].tolist()}")
+    if not torch.equal(got[:, :n], prompt):
+        return where + ". The output must start with the prompt, unchanged."
+    new_got, new_want = got[:, n:], want[:, n:]                      # (B, 12) each
+    if bool((new_got == new_got[:1]).all()) and not bool((new_want == new_want[:1]).all()):
+        return where + (". Every row got the same tokens: take the argmax per row, "
+                        "logits[:, -1].argmax(-1), not one row's.")
+    if pos == n:
+        return where + (". The first new token is already wrong: after the prefill, take the "
+                        "argmax of the last position's logits (logits[:, -1]) over the "
+                        "vocabulary (dim=-1).")
+    return where + (". The first new token is right and a later one is not: feed the newest "
+                    "token with the cache the previous call returned (not the first call's, "
+                    "not None).")
+
+
 @value_check
 def check_generate_with_cache_matches(generate_with_cache) -> None:
     """Same tokens as greedy recomputation for 12 new tokens; one token per call after prefill."""
@@ -476,11 +521,7 @@ def check_generate_with_cache_matches(generate_with_cache) -> None:
                            "call: with a cache, feed only the newest token (idx[:, -1:]); "
                            "feeding the sequence again appends its keys to the cache twice.")
     if not torch.equal(got, want):
-        first = int((got != want).any(0).nonzero()[0])
-        raise CheckFailure(f"the cached generation differs from greedy recomputation from "
-                           f"position {first} on: got {got[0].tolist()}, expected "
-                           f"{want[0].tolist()}. Take argmax of the last position's logits, pass "
-                           "the returned cache to the next call.")
+        raise CheckFailure(_generation_difference(got, want, prompt))
     note_value_checked()
     if len(fed) > 13:
         raise CheckFailure(f"{len(fed)} model calls for 12 new tokens: one prefill and "
