@@ -25,8 +25,8 @@ from torch import nn
 from course.checking import CheckFailure
 
 __all__ = ["ActivationProbe", "BrokenForward", "CachedLM", "DropoutProbe", "FixedLogits",
-           "RepeatedBatch", "hook_count", "predict", "seeded", "seeded_generator",
-           "step_schedule",
+           "GlobalSwapped", "ReferenceSoftmax", "RepeatedBatch", "hook_count", "predict",
+           "seeded", "seeded_generator", "step_schedule",
            "GradientProbe", "LogitsOnly", "Probe", "Recorder", "TrainingProbe"]
 
 
@@ -295,3 +295,39 @@ def predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     param = next(iter(model.parameters()), None)
     out = model(x.to(param.device) if param is not None else x)
     return out.cpu() if isinstance(out, torch.Tensor) else out
+
+
+class ReferenceSoftmax:
+    """``torch.softmax(x, dim)`` as a plain callable: what the judge puts in the place of a
+    learner's ``softmax`` while it grades a function that calls it (:class:`GlobalSwapped`),
+    so that a wrong softmax costs the softmax exercise alone."""
+
+    def __call__(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        return torch.softmax(x, dim=dim)
+
+
+class GlobalSwapped:
+    """``fn``, called with the global ``name`` it reads set to ``value`` for the call and put
+    back afterwards (removed if it was not there). One mistake costs once: a learner's
+    attention is graded with the course's softmax in place of theirs, which has its own test.
+
+    A ``fn`` without ``__globals__`` (a callable object) is called as it is.
+    """
+
+    def __init__(self, fn, name: str, value) -> None:
+        self.fn, self.name, self.value = fn, name, value
+
+    def __call__(self, *args, **kwargs):
+        globs = getattr(self.fn, "__globals__", None)
+        if not isinstance(globs, dict):
+            return self.fn(*args, **kwargs)
+        missing = object()
+        old = globs.get(self.name, missing)
+        globs[self.name] = self.value
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            if old is missing:
+                globs.pop(self.name, None)
+            else:
+                globs[self.name] = old

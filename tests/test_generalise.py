@@ -234,6 +234,21 @@ def test_a_wrong_causal_mask_costs_its_own_test_only(root, check, name):
     assert v.passed, v.message
 
 
+@pytest.mark.parametrize("check", ["check_attention_values", "check_attention_mask"])
+def test_a_wrong_softmax_costs_its_own_test_only(root, check):
+    """softmax normalising over dim 0 fails day02_softmax_values; the attention that calls it
+    is graded with the course's softmax in its place, and the learner's softmax is back in
+    the notebook afterwards."""
+    day = "day02_queries_keys_values"
+    ns = _solution_namespace(root, day, ("exps / exps.sum(dim=dim, keepdim=True)",
+                                         "exps / exps.sum(dim=0, keepdim=True)"))
+    assert not _verdict(ns, "day02", "check_softmax_values", "softmax").passed
+    theirs = ns["softmax"]
+    v = _verdict(ns, "day02", check, "scaled_dot_product_attention")
+    assert v.passed, v.message
+    assert ns["softmax"] is theirs
+
+
 @pytest.mark.parametrize("find, replace", [
     (".tril(diagonal=S - T)", ".tril()"),                       # decoding mask not offset
     ("x1, x2 = x[..., :half], x[..., half:]", "x2, x1 = x[..., :half], x[..., half:]"),  # RoPE

@@ -54,3 +54,12 @@ def test_a_mutant_marked_alone_fails_verify_when_another_exercise_loses_points()
     result = Result("m", "d", "graded", tests=[own, same, other])
     problem = check_mutant(m, result)
     assert problem and "t_other lost 1" in problem and "t_same_exercise" not in problem
+
+
+def test_every_day_has_a_mutant_whose_mistake_costs_its_own_exercise_alone(root):
+    """One mistake costs once: every day's catalog holds a mutant marked alone, so verify
+    proves, for each day, that a notebook whose only mistake is in one exercise loses points
+    in that exercise's tests alone."""
+    days = set(list_days(root))
+    alone = {m.day for m in load_catalog() if m.alone}
+    assert days <= alone, f"no mutant marked alone for {sorted(days - alone)}"

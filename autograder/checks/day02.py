@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from autograder.checks import CheckFailure, Step, call, compare, expect_tensor, rng, value_check
-from course.checking import forbid
+from course.checking import forbid, in_kernel
+from course.probes import GlobalSwapped, ReferenceSoftmax
 
 SOFTMAX_NAMES = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
                  "torch.special.softmax")
@@ -96,8 +97,11 @@ def _weights_first(w, expected_w) -> list[Step]:
 
 
 def _sdpa(fn, *args):
+    # One mistake costs once: the attention is graded with the course's softmax in the place
+    # of the learner's `softmax` (which day02_softmax_values grades on its own).
+    swapped = in_kernel(GlobalSwapped, fn, "softmax", in_kernel(ReferenceSoftmax))
     with forbid("torch.nn.functional.scaled_dot_product_attention"):
-        out = call(fn, *args, name="scaled_dot_product_attention")
+        out = call(swapped, *args, name="scaled_dot_product_attention")
     if not isinstance(out, tuple) or len(out) != 2:
         raise CheckFailure("scaled_dot_product_attention should return a tuple "
                            f"(output, attn_weights), got {type(out).__name__}.")
