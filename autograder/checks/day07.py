@@ -86,7 +86,8 @@ def _torch_layers(w: dict, d: int, heads: int, d_ff: int) -> list[nn.Module]:
     return refs
 
 
-def _reference(w, refs, tokens, keep, pe=True, cls_at="first", invert=False, norm=True):
+def _reference(w, refs, tokens, keep, pe=True, cls_at="first", invert=False, norm=True,
+               cls_mask_last=False):
     """Logits computed from PyTorch modules on the judge's weights ``w``; the keyword
     arguments make classic mistakes."""
     B = tokens.shape[0]
@@ -96,8 +97,9 @@ def _reference(w, refs, tokens, keep, pe=True, cls_at="first", invert=False, nor
         x = torch.cat([w["cls_token"].expand(B, 1, d), x], dim=1)              # (B, T+1, d)
         if pe:
             x = x + _sinusoid(x.shape[1], d)
-        real = torch.cat([torch.ones(B, 1, dtype=torch.bool),
-                          ~keep if invert else keep], dim=1)                  # (B, T+1)
+        real = ~keep if invert else keep                                       # (B, T)
+        ones = torch.ones(B, 1, dtype=torch.bool)
+        real = torch.cat([real, ones] if cls_mask_last else [ones, real], dim=1)  # (B, T+1)
         attn_mask = torch.zeros(B, 1, 1, x.shape[1], dtype=x.dtype)
         attn_mask = attn_mask.masked_fill(~real[:, None, None, :], float("-inf"))
         attn_mask = attn_mask.expand(B, refs[0].self_attn.num_heads, x.shape[1], x.shape[1])
@@ -175,6 +177,9 @@ def check_matches_reference(TransformerClassifier) -> None:
             _reference(w, refs, tokens, keep, pe=False),
         "the final LayerNorm is missing: apply self.norm before the head (Pre-LN models end "
         "with one)": _reference(w, refs, tokens, keep, norm=False),
+        "the mask's entry for the CLS token is appended after the padding mask: the CLS token "
+        "is at position 0, so prepend its True (torch.cat([cls_keep, padding_mask], dim=1))":
+            _reference(w, refs, tokens, keep, cls_mask_last=True),
     }
     compare(out, expected, "logits", mistakes, rtol=1e-6, atol=1e-8)
     expect_unchanged(model, w)

@@ -22,6 +22,7 @@ from autograder.checks import (
     expect_tensor,
     expect_unchanged,
     inject,
+    leans_on,
     manual_seed,
     observed_check,
     permutation,
@@ -225,6 +226,7 @@ def _normalize(images: torch.Tensor, mnist) -> torch.Tensor:
 
 
 @observed_check
+@leans_on("check_classifier_forward")
 def check_init_loss(SequenceClassifier, images_to_rows, mnist, MEAN, STD) -> None:
     """A fresh model (another size) gives a loss within 0.1 of ln(10) on real digits.
 
