@@ -22,6 +22,15 @@ def root() -> Path:
     return ROOT
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the figures a test drew (matplotlib warns once more than 20 are open)."""
+    yield
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close("all")
+
+
 @pytest.fixture
 def no_network(monkeypatch):
     """Any attempt to open a connection fails, as on a machine without network."""
