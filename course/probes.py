@@ -25,8 +25,8 @@ from torch import nn
 from course.checking import CheckFailure
 
 __all__ = ["ActivationProbe", "BrokenForward", "CachedLM", "DropoutProbe", "FixedLogits",
-           "GlobalSwapped", "ReferenceSoftmax", "RepeatedBatch", "hook_count", "predict",
-           "seeded", "seeded_generator", "step_schedule",
+           "GlobalSwapped", "ReferenceRNNForward", "ReferenceSoftmax", "RepeatedBatch",
+           "hook_count", "predict", "seeded", "seeded_generator", "step_schedule",
            "GradientProbe", "LogitsOnly", "Probe", "Recorder", "TrainingProbe"]
 
 
@@ -304,6 +304,28 @@ class ReferenceSoftmax:
 
     def __call__(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         return torch.softmax(x, dim=dim)
+
+
+class ReferenceRNNForward:
+    """Day 1's ``rnn_forward(x, h0, W_xh, W_hh, b_h) -> (outputs, h_last)`` computed by
+    ``torch.nn.RNN`` (tanh, the same weights: it stores them transposed), differentiable with
+    respect to ``x``. What the judge puts in the place of a learner's ``rnn_forward`` while it
+    grades ``gradient_norms_through_time`` (:class:`GlobalSwapped`).
+
+    Shapes: x (B, T, d_in), h0 (B, d_h), W_xh (d_in, d_h), W_hh (d_h, d_h), b_h (d_h,);
+    outputs (B, T, d_h), h_last (B, d_h).
+    """
+
+    def __call__(self, x, h0, W_xh, W_hh, b_h):
+        d_in, d_h = W_xh.shape
+        rnn = nn.RNN(d_in, d_h, batch_first=True, dtype=x.dtype)
+        with torch.no_grad():
+            rnn.weight_ih_l0.copy_(W_xh.T)
+            rnn.weight_hh_l0.copy_(W_hh.T)
+            rnn.bias_ih_l0.copy_(b_h)
+            rnn.bias_hh_l0.zero_()
+        outputs, h_n = rnn(x, h0.unsqueeze(0))           # (B, T, d_h), (1, B, d_h)
+        return outputs, h_n.squeeze(0)
 
 
 class GlobalSwapped:

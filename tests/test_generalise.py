@@ -249,6 +249,19 @@ def test_a_wrong_softmax_costs_its_own_test_only(root, check):
     assert ns["softmax"] is theirs
 
 
+def test_a_wrong_rnn_forward_costs_its_own_tests_only(root):
+    """rnn_forward without tanh fails day01_rnn_matches_torch; gradient_norms_through_time,
+    which calls it, is graded with nn.RNN in its place, and the learner's function is back
+    afterwards."""
+    day = "day01_why_rnns_struggle"
+    ns = _solution_namespace(root, day, ("torch.tanh(", "("))
+    assert not _verdict(ns, "day01", "check_rnn_forward", "rnn_forward").passed
+    theirs = ns["rnn_forward"]
+    v = _verdict(ns, "day01", "check_gradient_norms", "gradient_norms_through_time")
+    assert v.passed, v.message
+    assert ns["rnn_forward"] is theirs
+
+
 @pytest.mark.parametrize("find, replace", [
     (".tril(diagonal=S - T)", ".tril()"),                       # decoding mask not offset
     ("x1, x2 = x[..., :half], x[..., half:]", "x2, x1 = x[..., :half], x[..., half:]"),  # RoPE

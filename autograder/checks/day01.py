@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from autograder.checks import CheckFailure, call, compare, expect_tensor, rng, value_check
+from course.checking import in_kernel
+from course.probes import GlobalSwapped, ReferenceRNNForward
 
 
 def _inputs(batch=3, seq_len=5, d_in=4, d_h=6, seed=10, w_scale=0.5):
@@ -92,8 +94,11 @@ def _expected_grad_norms(x, h0, W_xh, W_hh, b_h, wrt_all=False):
 def check_gradient_norms(gradient_norms_through_time) -> None:
     """Norms of d(h_last.sum())/d x_t for every t, compared with autograd through nn.RNN."""
     x, h0, W_xh, W_hh, b_h = _inputs(batch=2, seq_len=9, d_in=3, d_h=5, seed=12, w_scale=0.4)
-    norms = call(gradient_norms_through_time, x, h0, W_xh, W_hh, b_h,
-                 name="gradient_norms_through_time")
+    # One mistake costs once: the learner's rnn_forward (graded on its own) is swapped for
+    # nn.RNN with the same weights while this runs.
+    swapped = in_kernel(GlobalSwapped, gradient_norms_through_time, "rnn_forward",
+                        in_kernel(ReferenceRNNForward))
+    norms = call(swapped, x, h0, W_xh, W_hh, b_h, name="gradient_norms_through_time")
     expect_tensor(norms, "gradient norms", shape=(9,))
     expected = _expected_grad_norms(x, h0, W_xh, W_hh, b_h)
     mistakes = {
