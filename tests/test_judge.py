@@ -219,12 +219,17 @@ def test_gate_withholds_an_observed_check_only_for_the_value_checks_it_leans_on(
     assert list(judge.gate({"crop": crop, "top_p": top_p, "plain": plain_wrong})) == ["crop"]
 
 
-def test_day13_crop_test_leans_on_the_plain_sampling_check_that_exists():
-    from autograder.checks import day13
+@pytest.mark.parametrize("module, check", [("day13", "check_generate_crop"),
+                                           ("day08", "check_init_loss"),
+                                           ("day08", "check_classifier_device")])
+def test_an_observed_check_leans_on_value_checks_that_exist(module, check):
+    import importlib
 
-    assert day13.check_generate_crop.kind == "observed"
-    assert all(callable(getattr(day13, name, None)) and getattr(day13, name).kind == "value"
-               for name in day13.check_generate_crop.leans_on)
+    checks = importlib.import_module(f"autograder.checks.{module}")
+    fn = getattr(checks, check)
+    assert fn.kind == "observed" and fn.leans_on
+    assert all(callable(getattr(checks, name, None)) and getattr(checks, name).kind == "value"
+               for name in fn.leans_on)
 
 
 def test_static_review_flags_the_builtin_not_the_learner_function():

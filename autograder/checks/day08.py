@@ -213,8 +213,12 @@ def check_classifier_forward(SequenceClassifier) -> None:
 
 
 @observed_check
+@leans_on("check_classifier_forward")
 def check_classifier_device(SequenceClassifier) -> None:
-    """No tensor created on the wrong device (GPU when present, else PyTorch's meta device)."""
+    """No tensor created on the wrong device (GPU when present, else PyTorch's meta device).
+
+    Paid when the forward pass is right (``check_classifier_forward``), whatever
+    ``overfit_one_batch``, another exercise, does."""
     model = _build(SequenceClassifier, 6, 4, 16, 4, 32, 1, 12)
     check_runs_on_any_device(model.eval(), lambda: (torch.randn(2, 7, 6, generator=rng(85)),),
                              "SequenceClassifier")
