@@ -151,6 +151,13 @@ def check_attention_mask(scaled_dot_product_attention) -> None:
         out, w = _sdpa(scaled_dot_product_attention, Q, K, V, mask)
         exp_out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
         _, exp_w = _reference(Q, K, V, mask)
+        over_queries = torch.isnan(_reference(Q, K, V, mask, dim=-2)[1])     # fully masked keys
+        if isinstance(w, torch.Tensor) and w.shape == exp_w.shape and bool(over_queries.any()) \
+                and torch.equal(torch.isnan(w.detach()), over_queries):
+            raise CheckFailure(f"attn_weights with {label} contain NaN exactly where a key is "
+                               "masked for every query: your softmax runs over the queries "
+                               "(dim=-2). Each query's weights over the keys (dim=-1) must sum "
+                               "to 1.")
         mistakes = {
             "masked positions still get weight: fill the masked scores with float('-inf') "
             "before the softmax, not 0": _reference(Q, K, V, mask, fill=0.0),
