@@ -306,8 +306,10 @@ def _dead_model():
     """A FeedForwardProbe whose units play drawn roles, and its (4, 5, 6) input.
 
     ffn1 (10 units): 3 dead (bias -40), 2 asleep (weights 0, a bias between -2.5 and -0.5:
-    dead for ReLU, alive for GELU), 1 below -4 for example 0 only, 1 around -3 (below for some
-    rows), the rest alive (bias 3 to 4). ffn2 (8 units): 4 dead, 1 asleep, the rest alive.
+    dead for ReLU, alive for GELU), 1 below -4 for example 0 only, 1 around -3 (below on a row
+    of example 1, above on a row of example 0, for every draw: "off for some token" and "off
+    for every token of example 0" never count alike), the rest alive (bias 3 to 4). ffn2 (8
+    units): 4 dead, 1 asleep, the rest alive.
     """
     model = FeedForwardProbe()
     g = rng(107)
@@ -326,11 +328,14 @@ def _dead_model():
         one_example = roles1[5]                                        # reads feature 0
         first.weight[one_example] = torch.tensor([1.0, 0, 0, 0, 0, 0])
         first.bias[one_example] = -4.0
-        first.bias[roles1[6]] = -3.0                                   # below -3 for some rows
+        around = roles1[6]                                             # reads feature 1
+        first.weight[around] = torch.tensor([0, 1.0, 0, 0, 0, 0])
+        first.bias[around] = -3.0                                      # below -3 for some rows
     x = torch.randn(4, 5, 6, generator=g)
     x[0, :, 0] = -x[0, :, 0].abs() - 0.1             # one_example: <= -4.1 for example 0 ...
     x[1:, :, 0] = x[1:, :, 0].abs() + 1.5            # ... and >= -2.5 for every other row
-    return model, x
+    x[1, 0, 1], x[0, 0, 1] = -1.0, 1.0               # around: -4 on a row of example 1, -2 on
+    return model, x                                  # a row of example 0 (whatever the draw)
 
 
 @value_check
