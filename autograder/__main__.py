@@ -208,12 +208,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         progress = Progress("verified")
         report = verify(root, days=args.day, jobs=args.jobs, mutant_ids=args.mutant,
                         sandbox=bool(getattr(args, "sandbox", False)), progress=progress,
-                        secret=secret)
+                        secret=secret, only_alternatives=args.only_alternatives)
         progress.close()
         days = sorted({r.day for r in report.results})
-        refs = [r for r in report.results if r.student in ("reference", "blank")]
+        refs = [r for r in report.results if r.student in ("reference", "blank")
+                or r.student.startswith("alternative-")]
         print(pipeline.format_table(refs, days))
         print(f"\nmutants caught: {report.mutants_caught}/{report.mutants_total}; "
+              f"alternatives graded: {report.alternatives_total}; "
               f"{len(report.results)} notebooks graded in {report.seconds:.1f} s")
         if report.problems:
             failed += 1
@@ -221,7 +223,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             for p in report.problems:
                 print(f"  - {p}")
             continue
-        print("verify passed: reference 100%, blank 0, every mutant caught with its diagnosis")
+        print("verify passed: reference and every alternative 100%, blank 0, every mutant "
+              "caught with its diagnosis")
     return 1 if failed else 0
 
 
@@ -367,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="verify N times, each under a fresh secret (the hidden checks' "
                         "inputs are drawn from it); default: once, under the grader's own")
     p.add_argument("--secret", help="verify under this secret (hex, as printed by --secrets)")
+    p.add_argument("--only-alternatives", action="store_true",
+                   help="grade only tests/alternatives/ (correct code written another way; "
+                        "each must score 100%%)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("demo", help="grade reference and blank notebooks of every day")

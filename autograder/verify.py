@@ -3,7 +3,9 @@
 1. the reference solutions score 100% on every graded cell of every day;
 2. the untouched release notebooks score 0 on every graded cell;
 3. every mutant in the catalog loses points on its declared test, and that test's failure
-   message contains the mutant's declared diagnosis.
+   message contains the mutant's declared diagnosis;
+4. every alternative (correct code written another way, ``tests/alternatives/``, see
+   :mod:`autograder.alternatives`) scores 100%, as the reference does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import stated
+from autograder import alternatives, stated
 from autograder.mutants import Mutant, load_catalog
 from autograder.pipeline import Result, grade, notebook_name, resolve_days
 
@@ -27,6 +29,7 @@ class Report:
     mutants_caught: int
     results: list[Result]
     seconds: float
+    alternatives_total: int = 0
 
     @property
     def ok(self) -> bool:
@@ -57,21 +60,27 @@ def check_mutant(m: Mutant, r: Result) -> str | None:
 
 def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
            mutant_ids: list[str] | None = None, sandbox: bool | str = False,
-           progress=None, secret: bytes | None = None) -> Report:
+           progress=None, secret: bytes | None = None,
+           alternatives_dir: Path | None = None, only_alternatives: bool = False) -> Report:
     """Grade the reference, blank and mutant notebooks. They are trusted: no sandbox unless
     asked (``sandbox=True`` or "auto" grades them exactly as ``grade`` does). ``progress``:
     called with each result (see :class:`autograder.console.Progress`). ``secret``: the key
     the hidden checks' inputs are drawn from (default: the grader's own); a verify under
-    several secrets proves the checks right for inputs nobody chose."""
+    several secrets proves the checks right for inputs nobody chose.
+    ``alternatives_dir``: where the alternatives live (default ``root/tests/alternatives``);
+    ``only_alternatives`` grades those alone (no reference, blank or mutants)."""
     start = time.monotonic()
     days = resolve_days(root, days)
     mutants = [m for m in load_catalog() if m.day in days
-               and (not mutant_ids or m.id in mutant_ids)]
+               and (not mutant_ids or m.id in mutant_ids) and not only_alternatives]
+    alts = [a for a in alternatives.load(alternatives_dir or root / "tests" / "alternatives",
+                                         resolve_days(root, None))
+            if a.day in days and not mutant_ids]
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tfs-verify-") as tmp:
         subs = Path(tmp)
         work: list[tuple[str, str, Path | None]] = []
-        for day in days:
+        for day in days if not only_alternatives else []:
             for student, top in (("reference", "solutions"), ("blank", "release")):
                 src = root / top / day / notebook_name(day)
                 if not src.is_file():
@@ -87,6 +96,15 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
             target.parent.mkdir(parents=True)
             nbformat.write(m.apply(solution_nbs[m.day]), str(target))
             work.append((f"mutant-{m.id}", m.day, target))
+        for a in alts:
+            nb = a.apply(nbformat.read(str(root / "release" / a.day / notebook_name(a.day)),
+                                       as_version=4),
+                         nbformat.read(str(root / "solutions" / a.day / notebook_name(a.day)),
+                                       as_version=4))
+            target = subs / f"alternative-{a.id}" / a.day / notebook_name(a.day)
+            target.parent.mkdir(parents=True)
+            nbformat.write(nb, str(target))
+            work.append((f"alternative-{a.id}", a.day, target))
         results = grade(root, subs, days=days, jobs=jobs, work=work, sandbox=sandbox,
                         resume=False, progress=progress, results_dir=subs / "results",
                         secret=secret)
@@ -110,6 +128,13 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
             if blank.status != "graded" or bad:
                 problems.append(f"blank {day}: status {blank.status}; tests that passed on a "
                                 "stub: " + ", ".join(t.grade_id for t in bad))
+    for a in alts:
+        r = by_key[(f"alternative-{a.id}", a.day)]
+        bad = [t for t in r.tests if t.points < t.max_points]
+        if r.status != "graded" or bad:
+            problems.append(f"alternative {a.path.name} (correct code written another way) "
+                            f"lost points: status {r.status} {r.detail or ''}; "
+                            + "; ".join(f"{t.grade_id}: {t.message[:400]}" for t in bad))
     caught = 0
     for m in mutants:
         err = check_mutant(m, by_key[(f"mutant-{m.id}", m.day)])
@@ -117,4 +142,5 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
             problems.append(err)
         else:
             caught += 1
-    return Report(problems, len(mutants), caught, results, time.monotonic() - start)
+    return Report(problems, len(mutants), caught, results, time.monotonic() - start,
+                  len(alts))

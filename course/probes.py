@@ -24,8 +24,9 @@ from torch import nn
 
 from course.checking import CheckFailure
 
-__all__ = ["ActivationProbe", "BrokenForward", "CachedLM", "DropoutProbe", "FixedLogits",
-           "GlobalSwapped", "ReferenceRNNForward", "ReferenceSoftmax", "RepeatedBatch",
+__all__ = ["ActivationProbe", "BatchQueue", "BrokenForward", "CachedLM", "ConstantLoss",
+           "DropoutProbe", "FixedLogits", "GlobalSwapped", "ReferenceRNNForward",
+           "ReferenceSoftmax", "RepeatedBatch", "SameBatch", "StepTable",
            "hook_count", "predict", "seeded", "seeded_generator", "step_schedule",
            "GradientProbe", "LogitsOnly", "Probe", "Recorder", "TrainingProbe"]
 
@@ -333,23 +334,75 @@ class GlobalSwapped:
     back afterwards (removed if it was not there). One mistake costs once: a learner's
     attention is graded with the course's softmax in place of theirs, which has its own test.
 
+    ``GlobalSwapped(fn, {"get_lr": a, "get_batch": b})`` swaps several globals at once.
     A ``fn`` without ``__globals__`` (a callable object) is called as it is.
     """
 
-    def __init__(self, fn, name: str, value) -> None:
-        self.fn, self.name, self.value = fn, name, value
+    def __init__(self, fn, name, value=None) -> None:
+        self.fn = fn
+        self.values = dict(name) if isinstance(name, dict) else {name: value}
 
     def __call__(self, *args, **kwargs):
         globs = getattr(self.fn, "__globals__", None)
         if not isinstance(globs, dict):
             return self.fn(*args, **kwargs)
         missing = object()
-        old = globs.get(self.name, missing)
-        globs[self.name] = self.value
+        old = {name: globs.get(name, missing) for name in self.values}
+        globs.update(self.values)
         try:
             return self.fn(*args, **kwargs)
         finally:
-            if old is missing:
-                globs.pop(self.name, None)
-            else:
-                globs[self.name] = old
+            for name, value in old.items():
+                if value is missing:
+                    globs.pop(name, None)
+                else:
+                    globs[name] = value
+
+
+class StepTable:
+    """``get_lr(step, ...)`` answered from a table of rates the judge computed: what it puts
+    in the place of a learner's ``get_lr`` while it grades ``train``, so a wrong schedule
+    costs the schedule's test alone. Steps outside the table raise IndexError."""
+
+    def __init__(self, rates: list[float]) -> None:
+        self.rates = [float(r) for r in rates]
+
+    def __call__(self, step: int, *args, **kwargs) -> float:
+        return self.rates[int(step)]
+
+
+class SameBatch:
+    """``get_batch(...)`` that returns copies of one ``(x, y)`` pair whatever it is asked: in
+    the place of a learner's ``get_batch`` while ``train`` is graded on a corpus of one
+    repeated token (every window of it is this pair)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+    def __call__(self, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x.clone(), self.y.clone()
+
+
+class BatchQueue:
+    """``get_batch(...)`` that returns copies of the judge's ``batches`` (a list of ``(x, y)``
+    pairs) in turn, from the first again after the last: in the place of a learner's
+    ``get_batch`` while ``train`` is graded."""
+
+    def __init__(self, batches: list) -> None:
+        self.batches, self.next = [(x, y) for x, y in batches], 0
+
+    def __call__(self, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.batches[self.next % len(self.batches)]
+        self.next += 1
+        return x.clone(), y.clone()
+
+
+class ConstantLoss:
+    """``estimate_loss(...)`` that returns ``value`` without touching the model: in the place
+    of a learner's ``estimate_loss`` while ``train`` is graded (only the weights are)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = float(value)
+
+    def __call__(self, *args, **kwargs) -> float:
+        return self.value

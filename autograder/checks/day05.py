@@ -165,7 +165,10 @@ def check_learned(LearnedPositionalEncoding) -> None:
     table = inject(m, {"embedding.weight": torch.randn(25, 6, generator=rng(56))})
     out = call(m, x, name="LearnedPositionalEncoding.forward(x)")
     expect_tensor(out, "forward(x)", shape=(2, 9, 6))
-    compare(out, x + table["embedding.weight"][:9], "forward(x)", rtol=1e-6, atol=1e-6)
+    compare(out, x + table["embedding.weight"][:9], "forward(x)",
+            {"the positions start at 1: positions start at 0, so the first token takes row 0 "
+             "of the table (torch.arange(T))": x + table["embedding.weight"][1:10]},
+            rtol=1e-6, atol=1e-6)
     expect_unchanged(m, table)
     check_runs_on_any_device(m, lambda: (torch.randn(2, 4, 6, generator=rng(54)),),
                              "LearnedPositionalEncoding")

@@ -72,6 +72,8 @@ def check_ffn(FeedForward) -> None:
             "you used the tanh approximation of GELU; use the exact F.gelu(x)":
                 l2(F.gelu(hidden, approximate="tanh")),
             "there is no activation between linear1 and linear2: add GELU": l2(hidden),
+            "GELU is applied to the input, before linear1: GELU goes after linear1, "
+            "linear2(gelu(linear1(x)))": l2(ref.linear(w, "linear1.", F.gelu(x))),
         }
     compare(out, expected, "FeedForward output", mistakes, rtol=1e-6, atol=1e-9)
     expect_unchanged(ffn, w)

@@ -229,7 +229,7 @@ def check_evaluate(evaluate) -> None:
     compare(torch.tensor([accuracy], dtype=torch.float64),
             torch.tensor([exp_acc], dtype=torch.float64), "accuracy",
             {"you returned a percentage: return the accuracy as a fraction in [0, 1]":
-                 torch.tensor([100 * exp_acc], dtype=torch.float64)}, rtol=1e-9, atol=1e-9)
+                 torch.tensor([100 * exp_acc], dtype=torch.float64)}, rtol=1e-6, atol=1e-7)
     compare(torch.tensor([loss], dtype=torch.float64),
             torch.tensor([exp_loss], dtype=torch.float64), "the mean loss",
             {"you averaged the batch means: with an uneven last batch, sum the per-example "

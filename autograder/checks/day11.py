@@ -105,9 +105,14 @@ def check_patch_embedding(PatchEmbedding) -> None:
         weight = w["proj.weight"].reshape(10, -1)                 # (d_model, C*P*P)
         expected = F.linear(_patches(images, 4), weight, w["proj.bias"])
         column = F.linear(_patches(images, 4, column_major=True), weight, w["proj.bias"])
+        # the conv's (B, d_model, gh, gw) read straight into (B, N, d_model): channels mixed
+        scrambled = expected.transpose(1, 2).reshape(2, 6, 10)
     compare(out, expected, "PatchEmbedding output",
             {"the patches come out in column-major order: flatten the (gh, gw) grid with "
-             "flatten(2) and then transpose(1, 2)": column},
+             "flatten(2) and then transpose(1, 2)": column,
+             "the conv's output (B, d_model, gh, gw) was reshaped to (B, N, d_model) without "
+             "moving the d_model axis: reshape mixes channels of different patches; use "
+             "flatten(2) then transpose(1, 2)": scrambled},
             rtol=1e-7, atol=1e-9)
     expect_unchanged(embed, w)
 

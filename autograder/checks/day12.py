@@ -236,9 +236,10 @@ def _mlp_linears(w: dict, prefix: str) -> list[str]:
 
 
 def _block_ref(w: dict, prefix: str, x: torch.Tensor, heads: int,
-               variant: str = "") -> torch.Tensor:
+               variant: str = "", gelu: str = "none") -> torch.Tensor:
     """Day 12's Pre-LN block on the judge's weights: x + attn(ln1(x)), then + mlp(ln2(.));
-    ``variant`` makes a classic mistake ("post", "no-res", "ln1-twice")."""
+    ``variant`` makes a classic mistake ("post", "no-res", "ln1-twice"). ``gelu``: "none"
+    (exact, ``nn.GELU()``) or "tanh" (GPT-2's approximation), both right."""
     first, second = _mlp_linears(w, prefix)
 
     def ln(name, t):
@@ -249,7 +250,7 @@ def _block_ref(w: dict, prefix: str, x: torch.Tensor, heads: int,
                                     w[f"{prefix}attn.proj.weight"], heads)
 
     def mlp(t):
-        return ref.linear(w, second, F.gelu(ref.linear(w, first, t)))
+        return ref.linear(w, second, F.gelu(ref.linear(w, first, t), approximate=gelu))
 
     if variant == "post":
         h = ln("ln1", x + attn(x))
@@ -266,6 +267,9 @@ def _block_values(block, d) -> None:
     with torch.no_grad():
         out = call(block, x, name="Block(16, 2, 12)(x of shape (3, 5, 16))")
         expected = _block_ref(w, "", x, 2)
+        tanh = _block_ref(w, "", x, 2, gelu="tanh")
+        if matches(out, tanh, rtol=1e-7, atol=1e-9):   # GPT-2's own GELU is right too
+            expected = tanh
         candidates = {
             "this is Post-LN, ln(x + sublayer(x)): normalise the sub-layer's input instead, "
             "x + attn(ln1(x))": _block_ref(w, "", x, 2, "post"),
@@ -277,13 +281,13 @@ def _block_values(block, d) -> None:
     compare(out, expected, "Block output", candidates, rtol=1e-7, atol=1e-9)
 
 
-def _tinygpt_ref(w: dict, idx: torch.Tensor, heads: int) -> torch.Tensor:
+def _tinygpt_ref(w: dict, idx: torch.Tensor, heads: int, gelu: str = "none") -> torch.Tensor:
     """TinyGPT's logits (B, N, vocab) on the judge's weights: tok + pos, the blocks, ln_f,
-    head."""
+    head (``gelu`` as in :func:`_block_ref`)."""
     n = idx.shape[1]
     h = F.embedding(idx, w["tok.weight"]) + w["pos.weight"][:n]            # (B, N, D)
     for i in range(len({k.split(".")[1] for k in w if k.startswith("blocks.")})):
-        h = _block_ref(w, f"blocks.{i}.", h, heads)
+        h = _block_ref(w, f"blocks.{i}.", h, heads, gelu=gelu)
     return F.linear(ref.layer_norm(w, "ln_f.", h), w["head.weight"])       # (B, N, vocab)
 
 
@@ -326,6 +330,9 @@ def _causal(model, vocab, n, t) -> None:
                            "does forward use idx (tok embedding) at every position?")
     with torch.no_grad():
         expected = _tinygpt_ref(w, idx, 4)
+        tanh = _tinygpt_ref(w, idx, 4, gelu="tanh")
+    if matches(a, tanh, rtol=1e-6, atol=1e-8):   # GPT-2's own GELU is right too
+        expected = tanh
     compare(a, expected, "TinyGPT logits", rtol=1e-6, atol=1e-8,
             hint="the contract: tok(idx) + pos(arange(N)), the blocks, ln_f, then head.")
 

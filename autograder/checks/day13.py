@@ -15,19 +15,18 @@ import torch.nn.functional as F
 from autograder.checks import (
     CheckFailure,
     call,
-    derive,
     expect_tensor,
     leans_on,
     manual_seed,
     observed_check,
     rng,
-    trusted,
     trusted_tinyshakespeare,
     upstream,
     value_check,
 )
+from autograder.checks.day13_train import lr_at as _lr
 from course.checking import generator, in_kernel, note_value_checked, record, twin
-from course.probes import FixedLogits, Recorder, predict, seeded
+from course.probes import FixedLogits, Recorder, predict
 from course.standins import TinyGPT as ReferenceTinyGPT
 
 DRAWS = 20_000
@@ -103,11 +102,16 @@ def check_get_batch_shift(get_batch) -> None:
                            f"x[0] = {x[0].tolist()}, y[0] = {y[0].tolist()}.")
     # data of length block_size + 1: exactly one window exists.
     short = torch.arange(6)
-    x1, y1 = call(get_batch, short, 3, 5, generator=generator(31),
-                  name="get_batch(data of length block_size + 1, ...)")
+    only = ("with len(data) = block_size + 1 exactly one window exists, the last window, "
+            "starting at 0: draw starts with torch.randint(len(data) - block_size, ...) "
+            "(randint's high is exclusive, so this reaches the last window and no further)")
+    try:
+        x1, y1 = call(get_batch, short, 3, 5, generator=generator(31),
+                      name="get_batch(data of length block_size + 1, ...)")
+    except CheckFailure as exc:
+        raise CheckFailure(f"{exc}\n{only[0].upper()}{only[1:]}.") from None
     if not (torch.equal(x1, short[:5].expand(3, 5)) and torch.equal(y1, short[1:].expand(3, 5))):
-        raise CheckFailure("with len(data) = block_size + 1 the only window starts at 0: draw "
-                           "starts with torch.randint(len(data) - block_size, ...).")
+        raise CheckFailure(f"{only[0].upper()}{only[1:]}.")
     starts = set()
     for seed in range(4):
         xs, _ = call(get_batch, data, 160, 5, generator=generator(100 + seed), name="get_batch")
@@ -206,15 +210,6 @@ def check_estimate_loss_values(estimate_loss, get_batch) -> None:
 # --------------------------------------------------------------------------- schedule
 
 
-def _lr(step, max_lr, warmup, total, min_lr):
-    if step < warmup:
-        return max_lr * (step + 1) / warmup
-    if step > total:
-        return min_lr
-    p = (step - warmup) / max(1, total - warmup)
-    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * p))
-
-
 @value_check
 def check_get_lr_schedule(get_lr) -> None:
     """Warmup, peak, cosine and floor for max_lr=3e-3, warmup 7, total 50, min_lr 3e-4."""
@@ -264,53 +259,6 @@ def _lr_phases(got: dict, args: tuple) -> str:
 
 
 # --------------------------------------------------------------------------- training
-
-
-@value_check
-def check_train_learns(train, get_batch=None) -> None:
-    """60 steps on a periodic toy corpus: history shape, and val loss far below ln(V).
-
-    With ``get_batch``, a failure caused by a wrong ``get_batch`` says so first."""
-    with _get_batch_first(get_batch):
-        _train_learns(train)
-
-
-def _train_learns(train) -> None:
-    manual_seed(37)
-    vocab = 7
-    local = ReferenceTinyGPT(vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
-    model = twin(local, vocab, d_model=32, num_heads=2, num_layers=1, n_ctx=16)
-    pattern = torch.tensor([0, 3, 1, 4, 1, 5, 2, 6, 5, 3])
-    data = pattern.repeat(60)
-    hist = call(in_kernel, seeded, derive(37), train, model, data[:500], data[500:], steps=60,
-                batch_size=8, block_size=16, max_lr=1e-2, warmup_steps=5, eval_every=25,
-                eval_iters=2, generator=generator(38),
-                name="train(stand-in model, periodic data, steps=60, eval_every=25)")
-    if not isinstance(hist, dict) or not {"step", "train_loss", "val_loss"} <= set(hist):
-        raise CheckFailure("train should return a dict with lists 'step', 'train_loss' and "
-                           "'val_loss'.")
-    if list(hist["step"]) != [25, 50, 60]:
-        raise CheckFailure(f"with steps=60 and eval_every=25, history['step'] should be "
-                           f"[25, 50, 60] (every eval_every steps and after the last step), got "
-                           f"{list(hist['step'])}.")
-    vals = [float(v) for v in hist["val_loss"]]
-    if len(vals) != 3 or not all(math.isfinite(v) for v in vals):
-        raise CheckFailure(f"history['val_loss'] should hold 3 finite numbers, got {vals}.")
-    # The trained weights, judged here: validation loss of the judge's own copy.
-    with torch.no_grad():
-        # The kernel's trained weights, judged by the judge's own model: what is scored.
-        local.load_state_dict({k: trusted(v.detach()) for k, v in model.state_dict().items()})
-        local.eval()
-        windows = data[500:].unfold(0, 17, 7)                          # (N, 17)
-        logits = local(windows[:, :16])                                # (N, 16, V)
-        measured = float(F.cross_entropy(logits.reshape(-1, vocab), windows[:, 1:].reshape(-1)))
-    if max(vals[-1], measured) > 0.5 * math.log(vocab):
-        raise CheckFailure(f"after 60 steps on a periodic sequence the validation loss is "
-                           f"{measured:.3f} (history says {vals[-1]:.3f}; ln({vocab}) = "
-                           f"{math.log(vocab):.3f}): the model barely learns. Check the learning "
-                           "rate you set in every param group, zero_grad before backward, and "
-                           "that you step the optimiser.")
-    note_value_checked()
 
 
 @value_check

@@ -399,7 +399,8 @@ def _modern_gpt_ref(w: dict, idx: torch.Tensor, heads: int) -> torch.Tensor:
     """ModernGPT's logits (B, N, vocab) on the judge's weights: tok, per block RMSNorm ->
     causal attention with RoPE -> residual, RMSNorm -> SwiGLU -> residual, then norm_f and the
     head tied to tok."""
-    h = F.embedding(idx, w["tok.weight"])                                  # (B, N, D)
+    # a tied matrix is listed once, under the module registered first: tok or head
+    h = F.embedding(idx, w["tok.weight"] if "tok.weight" in w else w["head.weight"])  # (B, N, D)
     for i in range(len({k.split(".")[1] for k in w if k.startswith("blocks.")})):
         p = f"blocks.{i}."
         h = h + _reference_attention(_rms(h, w[p + "norm1.weight"]), w[p + "attn.qkv.weight"],
@@ -407,7 +408,8 @@ def _modern_gpt_ref(w: dict, idx: torch.Tensor, heads: int) -> torch.Tensor:
         z = _rms(h, w[p + "norm2.weight"])
         h = h + F.linear(F.silu(F.linear(z, w[p + "mlp.w_gate.weight"]))
                          * F.linear(z, w[p + "mlp.w_up.weight"]), w[p + "mlp.w_down.weight"])
-    return F.linear(_rms(h, w["norm_f.weight"]), w.get("head.weight", w["tok.weight"]))
+    return F.linear(_rms(h, w["norm_f.weight"]),
+                    w["head.weight"] if "head.weight" in w else w["tok.weight"])
 
 
 def _model_cache(model, vocab, attention_off: bool = False) -> None:
