@@ -48,7 +48,7 @@ test: $(STAMP)
 	$(PY) -m ruff check course autograder tests
 	$(PY) -m pytest -q
 
-# The course on a JupyterHub on this machine (as root; see README "Running a class").
+# The course on a JupyterHub on this machine (as root; see docs/instructors.md, "Running a class").
 # Ctrl-C stops it, or `python -m autograder classroom stop` from another shell.
 classroom: $(STAMP)
 	$(PY) -m autograder classroom start $(CLASSROOM_ARGS)

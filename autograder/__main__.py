@@ -12,7 +12,7 @@ Commands:
     demo         grade the reference solutions and the blank release notebooks of every day
     fetch-data   fetch and verify the course's datasets into the cache (grade, verify and demo
                  first check that the datasets, the sandbox and the grading template are ready)
-    author F NB  turn a plain-text notebook (see autograder/authoring.py) into a source notebook
+    author F NB  turn a plain-text notebook (format: docs/authors.md) into a source notebook
     selfcheck NB grade one learner notebook with the hidden tests, offline (notebook untouched)
     progress     the 14 days with the points of each day's latest self-check
     classroom    run the course on a JupyterHub: start, stop; release, collect, grade, return DAY
@@ -28,9 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder import pipeline
+from autograder.authoring import build
 from autograder.console import Progress
-from autograder.pipeline import PipelineError
+from autograder.grading import pipeline
+from autograder.grading.pipeline import PipelineError
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -42,7 +43,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     root = pipeline.find_root(args.root)
     t0 = time.monotonic()
     progress = Progress("built")
-    days = pipeline.build(root, args.day, progress=progress)
+    days = build.build(root, args.day, progress=progress)
     progress.close()
     print(f"built release/ and solutions/ for {len(days)} days in {time.monotonic() - t0:.1f} s")
     return 0
@@ -50,7 +51,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_check_sync(args: argparse.Namespace) -> int:
     root = pipeline.find_root(args.root)
-    problems = pipeline.check_sync(root)
+    problems = build.check_sync(root)
     if problems:
         print("release/ and solutions/ are out of sync with source/:\n")
         print("\n\n".join(problems))
@@ -61,7 +62,7 @@ def _cmd_check_sync(args: argparse.Namespace) -> int:
 
 
 def _print_results(results: list[pipeline.Result], days: list[str], csv: Path | None) -> None:
-    from autograder import acceptance
+    from autograder.core import acceptance
 
     print(pipeline.format_table(results, days))
     for r in results:
@@ -83,7 +84,7 @@ def _print_results(results: list[pipeline.Result], days: list[str], csv: Path | 
 
 
 def _cmd_accept(args: argparse.Namespace) -> int:
-    from autograder import acceptance
+    from autograder.core import acceptance
 
     root = pipeline.find_root(args.root)
     day = pipeline.resolve_days(root, [args.day])[0]
@@ -145,7 +146,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         print("warning: --no-sandbox: student code runs with your permissions, sees the hidden "
               "tests and can reach the network; grade only notebooks you trust.",
               file=sys.stderr)
-    from autograder import preflight
+    from autograder.grading import preflight
 
     ready = days
     if args.submissions.is_dir():  # the days there are (a zip is unpacked by grade)
@@ -174,7 +175,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 
 def _cmd_feedback(args: argparse.Namespace) -> int:
-    from autograder.feedback import write_feedback
+    from autograder.grading.feedback import write_feedback
 
     out = args.output or Path("grading")
     pages = write_feedback(out / "results", out / "feedback", students=args.student,
@@ -184,7 +185,7 @@ def _cmd_feedback(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from autograder.report import write_report
+    from autograder.grading.report import write_report
 
     out = args.output or Path("grading")
     page = write_report(out / "results", out / "report")
@@ -193,8 +194,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from autograder import preflight
-    from autograder.verify import verify
+    from autograder.authoring.verify import verify
+    from autograder.grading import preflight
 
     root = pipeline.find_root(args.root)
     preflight.check(root, pipeline.resolve_days(root, args.day),
@@ -231,7 +232,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import shutil
 
-    from autograder import preflight
+    from autograder.grading import preflight
 
     root = pipeline.find_root(args.root)
     days = pipeline.resolve_days(root, args.day)
@@ -260,7 +261,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch_data(args: argparse.Namespace) -> int:
-    from autograder import preflight
+    from autograder.grading import preflight
     from course import data
 
     names = [n for n in data.REGISTRY if args.optional or n in data.SHIPPED]
@@ -281,7 +282,7 @@ def _cmd_fetch_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_author(args: argparse.Namespace) -> int:
-    from autograder.authoring import author
+    from autograder.authoring.author import author
 
     author(args.text, args.notebook)
     print(f"wrote {args.notebook}")
@@ -289,7 +290,7 @@ def _cmd_author(args: argparse.Namespace) -> int:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    from autograder.measure import main as record_main
+    from autograder.authoring.measure import main as record_main
 
     args.root = pipeline.find_root(args.root)
     return record_main(args)
@@ -395,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_author)
 
     p = sub.add_parser("record", help="run every answer key; write course/record.json and the "
-                                      "README's table (idle machine: minutes)")
+                                      "table in docs/record.md (idle machine: minutes)")
     _add_common(p)
     p.add_argument("--profile", action="append", choices=["cpu", "grading", "gpu"],
                    help="profile to measure (repeatable; default: cpu and grading)")

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import pipeline
-from autograder.mutants import load_catalog
+from autograder.authoring.mutants import load_catalog
+from autograder.grading import pipeline, template
 
 
 def synthetic_cohort(root: Path, days: list[str], students: int, out: Path
@@ -92,10 +92,10 @@ def selfcheck_times(root: Path, days: list[str]) -> None:
     """Wall seconds of a self-check of each day's answer key, both ways a learner runs one:
     ``python -m autograder selfcheck`` (cold), and the notebook's button, whose standby
     (``selfcheck --standby``) is ready before the click: from "go" to the report's last line."""
-    from autograder.standby import READY, SENTINEL
+    from autograder.selfcheck.standby import READY, SENTINEL
 
     for day in days:
-        pipeline.template_cache(root, [day])
+        template.template_cache(root, [day])
         nb = root / "solutions" / day / pipeline.notebook_name(day)
         t0 = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "autograder", "selfcheck", str(nb),
@@ -198,12 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         sandbox = False if args.no_sandbox else "auto"
         # like nbgrader's generate_assignment above, the grading template is made once per
         # course version (cached), not per run: make it before the clock starts
-        pipeline.template_cache(root, days)
+        template.template_cache(root, days)
         t0, cpu0 = time.monotonic(), cpu_seconds()
         results = pipeline.grade(root, subs, days=days, jobs=args.jobs, sandbox=sandbox,
                                  resume=False)
         ours, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
-        from autograder import forkserver
+        from autograder.sandbox import forkserver
 
         sb = "sandbox off"
         if results and results[0].sandboxed:

@@ -1,23 +1,31 @@
 """Small checking helpers with messages that teach.
 
 Both the visible checks a learner runs (``course.checks``) and the hidden tests
-(``autograder.checks``) are built from these helpers, so a failure always reads the same
+(``autograder.judge.checks``) are built from these helpers, so a failure always reads the same
 way: which function, what was expected, what came back, and the likely mistake.
 
 Every check raises :class:`CheckFailure` (an ``AssertionError``), so nbgrader scores a failed
 check as a failed test cell and shows the message.
+
+The advice a message carries (a hint for a PyTorch error, where two tensors differ) comes from
+:mod:`course.advice`. The judge's hooks (``KERNEL_MAKE``, ``LOCAL_VALUE``, ``SEED_MAP``,
+``ACTIVE_FORBID``, ``VALUE_CHECKS``, ``BUGS``) live here only: the judge sets them as
+``checking.NAME = ...``, so they are read at call time, never copied. This module imports no
+other module of the course but :mod:`course.advice`; :mod:`course.probes` imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+# Re-exported: `from course.checking import localise, _hint_for` keeps working.
+from course.advice import _hint_for, localise
 
 __all__ = [
     "CheckFailure",
@@ -43,7 +51,7 @@ class GraderBug(Exception):
 class KernelTensor(torch.Tensor):
     """A tensor whose values the learner's kernel sent: the kernel's word, not a fact.
 
-    The judge (``autograder.remote``) marks every tensor that comes back from the kernel as
+    The judge (``autograder.judge.remote``) marks every tensor that comes back from the kernel as
     one, and PyTorch's subclass propagation keeps the mark on every result computed from it
     (``F.linear(x, module.W_Q.weight)`` is a KernelTensor when the weight came from the
     kernel). :func:`assert_close` refuses one as an *expected* value (:class:`GraderBug`), so
@@ -90,7 +98,7 @@ def trusted(value: torch.Tensor) -> torch.Tensor:
     return value.as_subclass(torch.Tensor) if isinstance(value, KernelTensor) else value
 
 
-# Hooks for the grading judge (autograder.remote), which runs the hidden checks outside the
+# Hooks for the grading judge (autograder.judge.remote), which runs the hidden checks outside the
 # learner's kernel: how to fetch a tensor that still lives in the kernel (identity here), the
 # functions forbidden by the innermost ``forbid`` (sent along with each call into the kernel),
 # and how many comparisons of a learner's values with expected values succeeded.
@@ -103,7 +111,7 @@ VALUE_CHECKS: list[int] = [0]
 # and returns a proxy of the result (see ``in_kernel``); None when checks run in one process.
 KERNEL_MAKE: Callable[..., Any] | None = None
 # How the judge derives a seed it sends the kernel (``generator``) from a check's seed
-# (``autograder.checks.seeded``); the identity when checks run in one process.
+# (``autograder.judge.checks.seeded``); the identity when checks run in one process.
 SEED_MAP: Callable[[int], int] = lambda seed: seed  # noqa: E731
 
 
@@ -128,10 +136,12 @@ def in_kernel(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def generator(seed: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded with ``seed``, where the learner's code runs."""
-    from course.probes import seeded_generator
+    """A CPU ``torch.Generator`` seeded with ``SEED_MAP(seed)``, where the learner's code runs.
 
-    return in_kernel(seeded_generator, SEED_MAP(seed))
+    In grading the kernel makes the generator and seeds it (its ``manual_seed`` returns it).
+    This module imports nothing of :mod:`course.probes` (which imports it).
+    """
+    return in_kernel(torch.Generator).manual_seed(SEED_MAP(seed))
 
 
 def twin(module: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
@@ -172,60 +182,6 @@ def record(probe: Any, name: str) -> Any:
     declared ``observed`` (see ``autograder.judge.gate``)."""
     return getattr(probe, name)
 
-
-# Error texts that PyTorch raises for classic mistakes, mapped to advice.
-# Checked in order; the first pattern found in the exception text wins.
-_HINTS: list[tuple[str, str]] = [
-    (
-        r"self must be a matrix|both arguments to mm|expected 2D tensor|must be a matrix",
-        "torch.mm only multiplies 2-D matrices; for batched (3-D or 4-D) tensors use "
-        "`@` or torch.matmul.",
-    ),
-    (
-        r"cannot assign module before Module.__init__\(\) call|"
-        r"cannot assign parameters before Module.__init__\(\) call|"
-        r"object has no attribute '_(modules|parameters|buffers)'",
-        "did you forget to call super().__init__() first in your __init__?",
-    ),
-    (
-        r"view size is not compatible with input tensor's size and stride",
-        "view() needs a contiguous tensor: call .contiguous() after transpose(), or use "
-        "reshape().",
-    ),
-    (
-        r"'float' object cannot be interpreted as an integer|"
-        r"received an invalid combination of arguments.*float|"
-        r"must be tuple of ints,\s*but got float",
-        "a size became a float: use integer division `//` (for example d_k = d_model // "
-        "num_heads), not `/`.",
-    ),
-    (
-        r"mat1 and mat2 shapes cannot be multiplied|size of tensor a .* must match the size "
-        r"of tensor b|shapes cannot be multiplied|batch2 tensor|batch1 tensor",
-        "a matrix product got incompatible shapes: check the transpose (K.transpose(-2, -1)) "
-        "and which dimension you multiply over.",
-    ),
-    (
-        r"Expected all tensors to be on the same device",
-        "a tensor was created on the CPU while the inputs are elsewhere: pass device=x.device "
-        "when you create tensors inside forward, or register them as buffers.",
-    ),
-    (
-        r"NotImplementedError|^$",
-        "this exercise still raises NotImplementedError: replace `raise NotImplementedError()` "
-        "with your code.",
-    ),
-]
-
-
-def _hint_for(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, NotImplementedError):
-        return _HINTS[-1][1]
-    for pattern, advice in _HINTS[:-1]:
-        if re.search(pattern, text):
-            return advice
-    return "read the error above and compare the shapes at each step with the docstring."
 
 
 @contextlib.contextmanager
@@ -307,7 +263,7 @@ def assert_close(
     labels: Sequence[str] | None = None,
 ) -> None:
     """Compare values with stated tolerances; report the worst element, the first step of
-    the computation that differs (``step``, see ``autograder.checks.first_difference``),
+    the computation that differs (``step``, see ``autograder.judge.checks.first_difference``),
     how the values differ (``localise``) and a hint.
 
     ``labels`` names the entries of a 1-D value (the keys of a dictionary): the message then
@@ -354,71 +310,6 @@ def refuse_kernel_expected(expected: Any, name: str) -> None:
                    "learner's kernel reported; a check must build it from what the "
                    "judge chose and kept")
 
-
-def localise(actual: torch.Tensor, expected: torch.Tensor, rtol: float = 1e-5,
-             atol: float = 1e-6) -> str:
-    """Where and how ``actual`` differs from ``expected``, for mistakes no catalogue lists.
-
-    Tried in order: the last two dimensions swapped, the same values in another arrangement
-    (a ``view`` where a ``transpose`` was needed), a sign flip, one factor or one offset for
-    every value, a shift by one index along a dimension (an off-by-one), and differences
-    confined to some indices of one dimension (a position, a head, a batch element).
-    Returns '' when none fits.
-    """
-    a = trusted(actual).detach().to(torch.float64)
-    e = trusted(expected).detach().to(torch.float64)
-    if a.shape != e.shape or a.numel() < 2 or not bool(torch.isfinite(a).all()):
-        return ""
-
-    def close(x: torch.Tensor, y: torch.Tensor) -> bool:
-        return bool(torch.allclose(x, y, rtol=rtol, atol=atol))
-
-    if a.dim() >= 2 and a.shape[-1] == a.shape[-2] and close(a, e.transpose(-2, -1)):
-        return "your values are the expected ones with the last two dimensions swapped"
-    if close(a.flatten().sort().values, e.flatten().sort().values):
-        return ("your tensor holds exactly the expected values, in another arrangement: a "
-                "reshape or view where a transpose/permute was needed (or the reverse), or "
-                "dimensions split or merged in the wrong order")
-    if close(a, -e):
-        return "every value has the wrong sign"
-    denom = float((e * e).sum())
-    if denom > 0:
-        factor = float((a * e).sum()) / denom
-        if abs(factor - 1) > 1e-3 and close(a, factor * e):
-            return (f"every value is the expected one times {factor:.4g}: a scale mistake "
-                    "(a wrong or missing divisor, or a factor applied twice)")
-    offset = float((a - e).mean())
-    if abs(offset) > atol and close(a - offset, e):
-        return (f"every value is off by the same {offset:+.4g}: an offset added or not "
-                "removed (a bias, a mean)")
-    for d in range(a.dim()):
-        n = a.shape[d]
-        if n < 3:
-            continue
-        for k in (1, -1):
-            got = a.narrow(d, 0, n - 1) if k == 1 else a.narrow(d, 1, n - 1)
-            want = e.narrow(d, 1, n - 1) if k == 1 else e.narrow(d, 0, n - 1)
-            if close(got, want):
-                return (f"your values are the expected ones shifted by one along dimension {d}"
-                        f": index i holds what belongs at index i {'+' if k == 1 else '-'} 1 "
-                        "(an off-by-one: a range that starts at 1 instead of 0, or a shift "
-                        "the wrong way)")
-    bad = ~torch.isclose(a, e, rtol=rtol, atol=atol)
-    best = None
-    for d in range(a.dim()):
-        if a.shape[d] < 2:
-            continue
-        rows = bad.transpose(0, d).reshape(a.shape[d], -1).any(1)      # (size of dim d,)
-        n = int(rows.sum())
-        if 0 < n < a.shape[d] and (best is None or n / a.shape[d] < best[0]):
-            best = (n / a.shape[d], d, rows.nonzero().flatten().tolist())
-    if best is not None:
-        _, d, idx = best
-        shown = ", ".join(map(str, idx[:6])) + (", ..." if len(idx) > 6 else "")
-        return (f"only indices {shown} of dimension {d} (size {a.shape[d]}) differ; the "
-                "others match: look at what is special about them (the first or last "
-                "position, padding, one head, one batch element)")
-    return ""
 
 
 def matches(actual: Any, expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> bool:

@@ -2,7 +2,7 @@
 
 Day 4 said that trained heads specialise, and showed only untrained ones. Day 13 shows it on the
 learner's own trained TinyGPT, or the stand-in: :func:`attention_maps` reads the weights with
-:func:`course.widgets.capture_attention` (the attention explorers' recorder: every softmax of a
+:func:`course.explorers.capture.capture_attention` (the explorers' recorder: every softmax of a
 3-D or 4-D tensor and every ``F.scaled_dot_product_attention`` call), so it needs nothing of the
 model but its forward pass. Nothing here is an exercise's answer.
 """
@@ -28,7 +28,7 @@ def attention_maps(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: when the forward pass computes no attention the recorder can see.
     """
-    from course.widgets import capture_attention
+    from course.explorers.capture import capture_attention
 
     _, maps = capture_attention(model, idx[:1])
     if not maps:

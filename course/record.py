@@ -7,7 +7,7 @@ learner's figure next to the record's with :func:`report`::
     # held-out accuracy 98.96%   (course record, cpu profile: 98.95%)
 
 and prose that quotes a figure says it comes from the record (``tests/test_record.py`` holds
-every such sentence, and the README's table, against ``course/record.json``).
+every such sentence, and the table in docs/record.md, against ``course/record.json``).
 
 ``course/record.json`` is written by one command, ``python -m autograder record``, which runs
 every answer key in ``solutions/`` in a profile and keeps, per day, the figures the cells

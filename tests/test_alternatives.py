@@ -10,9 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.alternatives import AlternativeError, answer_cells, load, parse
-from autograder.mutants import load_catalog
-from autograder.pipeline import list_days
+from autograder.authoring.alternatives import AlternativeError, answer_cells, load, parse
+from autograder.authoring.mutants import load_catalog
+from autograder.grading.pipeline import list_days
 
 FOLDER = Path(__file__).with_name("alternatives")
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import classroom_loop
-from autograder.build import PipelineError
-from autograder.classroom_setup import COURSE_ID, prepare, run_as
+from autograder.classroom import loop as classroom_loop
+from autograder.classroom.setup import COURSE_ID, prepare, run_as
+from autograder.core.course import PipelineError
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = "day02_queries_keys_values"

@@ -4,13 +4,13 @@
   exchange, the instructor's course folder): the link's target is left untouched;
 - ``restrict_checkout`` closes the repository's common git folder of a worktree checkout;
 - ``refuse_if_exposed`` (run as the account) finds a readable second checkout, a searchable
-  ``solutions/`` and an importable ``autograder.checks``, and nothing once they are closed;
+  ``solutions/`` and an importable ``autograder.judge.checks``, and nothing once they are closed;
 - ``LimitedSpawner``'s servers start under its resource limits;
 - ``sweep`` ends an account's process that blanked its command line, one that keeps
   forking and one that keeps killing every other process of its account, in bounded time;
 - accounts keep no subordinate uids; ``restore_checkout`` changes only the inodes that
   ``restrict_checkout`` closed, never through a link;
-- ``checkouts`` ignores an ``autograder/checks`` a student made (``/tmp``, their own
+- ``checkouts`` ignores an ``autograder/judge/checks`` a student made (``/tmp``, their own
   folder, a sticky world-writable one).
 
 They use one throw-away account of their own (``tfs-sectest``), removed at the end.
@@ -30,15 +30,15 @@ from pathlib import Path
 
 import pytest
 
-from autograder.build import PipelineError
-from autograder.classroom_guard import exposed
-from autograder.classroom_setup import (
+from autograder.classroom.guard import exposed
+from autograder.classroom.setup import (
     COURSE_ID,
     ensure_account,
     instructor_course,
     make_exchange,
     restrict_checkout,
 )
+from autograder.core.course import PipelineError
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "tfs-sectest"
@@ -169,10 +169,11 @@ def test_restrict_checkout_closes_the_common_git_dir(folder):
 
 
 def _checkout(path: Path) -> Path:
-    for d in ("autograder/checks", "solutions", "source", "course"):
+    for d in ("autograder/judge/checks", "solutions", "source", "course"):
         (path / d).mkdir(parents=True)
     (path / "autograder" / "__init__.py").write_text("")
-    (path / "autograder" / "checks" / "__init__.py").write_text("HIDDEN = 1\n")
+    (path / "autograder" / "judge" / "__init__.py").write_text("")
+    (path / "autograder" / "judge" / "checks" / "__init__.py").write_text("HIDDEN = 1\n")
     (path / "solutions" / "day02.ipynb").write_text("{}")
     for p in [path, *path.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
@@ -193,18 +194,18 @@ def test_a_readable_second_checkout_is_refused(folder):
 
     seen = found()
     assert set(seen) == {str(other / "solutions"), str(other / "source"),
-                         str(other / "autograder" / "checks")}, seen
+                         str(other / "autograder" / "judge" / "checks")}, seen
     os.chmod(other / "solutions", 0o711)  # searchable, not listable: names can be guessed
     assert found()[str(other / "solutions")] == "can reach the files in it"
     seen = found({"PYTHONPATH": str(other)})
-    assert seen[str(other / "autograder" / "checks" / "__init__.py")] == \
-        "imports autograder.checks from it"
+    assert seen[str(other / "autograder" / "judge" / "checks" / "__init__.py")] == \
+        "imports autograder.judge.checks from it"
     os.chmod(other, 0o700)
     assert found({"PYTHONPATH": str(other)}) == {}
 
 
 def test_servers_start_under_the_limits(folder):
-    from autograder.classroom_spawner import GiB, LimitedSpawner
+    from autograder.classroom.spawner import GiB, LimitedSpawner
 
     ensure_account(NAME, folder / "home" / NAME)
     spawner = LimitedSpawner()
@@ -328,7 +329,7 @@ def test_sweep_ends_what_would_kill_or_outrun_it(folder, script):
         assert time.monotonic() - t0 < 20
         assert not seen()
     finally:
-        from autograder.classroom_procs import _kill_all_as
+        from autograder.classroom.procs import _kill_all_as
 
         _kill_all_as(entry.pw_uid, 10)   # whatever the outcome, nothing of it is left
         if proc.poll() is None:
@@ -338,7 +339,7 @@ def test_sweep_ends_what_would_kill_or_outrun_it(folder, script):
 
 
 def test_accounts_get_no_subordinate_uids(folder):
-    from autograder.classroom_setup import subid_ranges
+    from autograder.classroom.setup import subid_ranges
 
     entry = ensure_account(NAME, folder / "home" / NAME)
     if shutil.which("usermod"):
@@ -350,7 +351,7 @@ def test_accounts_get_no_subordinate_uids(folder):
 
 
 def test_restore_checkout_changes_only_what_it_closed(folder, victim):
-    from autograder.classroom_setup import restore_checkout
+    from autograder.classroom.setup import restore_checkout
 
     root = folder / "modes"
     (root / "secret").mkdir(parents=True)
@@ -380,7 +381,7 @@ def _as_student(entry, *cmd: str) -> None:
 
 
 def test_a_checkout_a_student_made_is_ignored(folder):
-    from autograder.classroom_guard import checkouts, secret_folders
+    from autograder.classroom.guard import checkouts, secret_folders
 
     entry = ensure_account(NAME, folder / "home" / NAME)
     sticky = folder / "sticky"
@@ -392,11 +393,11 @@ def test_a_checkout_a_student_made_is_ignored(folder):
     os.chown(own, entry.pw_uid, entry.pw_gid)
     made = [sticky / "planted", own]
     tmp_planted = Path("/tmp/autograder")
-    if not tmp_planted.exists():  # the reported case: mkdir -p /tmp/autograder/checks
+    if not tmp_planted.exists():  # the reported case: mkdir -p /tmp/autograder/judge/checks
         made.append(Path("/tmp"))
     try:
         for d in made:
-            _as_student(entry, "mkdir", "-p", str(d / "autograder" / "checks"),
+            _as_student(entry, "mkdir", "-p", str(d / "autograder" / "judge" / "checks"),
                         str(d / "solutions"))
         root_made = _checkout(sticky / "root-made")  # anyone's name in a sticky folder
         assert checkouts(course) == [course]

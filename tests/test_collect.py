@@ -6,7 +6,7 @@ import zipfile
 
 import nbformat
 
-from autograder.collect import unzip_submissions
+from autograder.grading.collect import unzip_submissions
 
 DAYS = ["day02_queries_keys_values", "day03_self_attention"]
 

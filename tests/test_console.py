@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from autograder.console import Progress
-from autograder.pipeline import Result
+from autograder.grading.pipeline import Result
 
 
 def test_progress_prints_a_line_per_notebook_off_a_terminal():

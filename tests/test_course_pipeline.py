@@ -8,13 +8,13 @@ import os
 import nbformat
 import pytest
 
-from autograder import pipeline
-from autograder.verify import verify
+from autograder.authoring import build
+from autograder.authoring.verify import verify
 
 
 def test_release_and_solutions_are_in_sync(root):
     """Do the committed release/ and solutions/ equal what source/ generates?"""
-    problems = pipeline.check_sync(root)
+    problems = build.check_sync(root)
     assert not problems, "\n\n".join(problems)
 
 
@@ -35,7 +35,8 @@ def test_release_holds_no_solution_or_hidden_test(root):
     """Does release/ contain no solution region and no hidden-test text?"""
     for path in sorted((root / "release").rglob("*.ipynb")):
         text = path.read_text()
-        markers = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "autograder.checks", "hidden.check_")
+        markers = ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "autograder.judge.checks",
+                   "hidden.check_")
         for marker in markers:
             assert marker not in text, f"{path} contains {marker!r}"
         nb = json.loads(text)

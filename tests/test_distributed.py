@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import pipeline
+from autograder.grading import pipeline
 from autograder.sandbox import GiB, Limits
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -40,7 +40,7 @@ def test_local_cluster_on_loopback_grades_like_local_workers(root, tmp_path):
 def test_unreachable_scheduler_is_a_clear_error(root, tmp_path):
     """Does a wrong scheduler address fail with a message, not a traceback?"""
     pytest.importorskip("distributed")
-    from autograder.distributed import grade_on_cluster
+    from autograder.grading.distributed import grade_on_cluster
 
     with pytest.raises(pipeline.PipelineError, match="cannot reach the Dask scheduler"):
         list(grade_on_cluster("tcp://127.0.0.1:9", tmp_path, [], connect_timeout=2))

@@ -25,10 +25,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import preflight, score
 from autograder.__main__ import main
-from autograder.build import PipelineError
-from autograder.records import Result, write_csv
+from autograder.core.course import PipelineError
+from autograder.core.records import Result, write_csv
+from autograder.grading import pipeline, preflight, score, template
 from course import data
 
 DAY = "day08_mnist_as_sequences"
@@ -173,13 +173,14 @@ def test_is_the_judges_own_dataset_failure_the_machines_fault(no_data):
 def test_does_the_judge_report_its_own_missing_data_as_the_machines_fault(no_data, monkeypatch):
     """The real route, without a kernel: Day 8's check loads its trusted copy of MNIST in the
     judge, which fails here; does the verdict, scored, give environment-error?"""
-    from autograder import checks, judge, remote
+    from autograder import judge
+    from autograder.judge import checks, remote
     from course import agent
 
     agent.reset()
     monkeypatch.setattr(agent, "USER_NS", {"normalization_stats": lambda images: (0.0, 1.0),
                                            "MEAN": 0.1, "STD": 0.3, "mnist": None})
-    call = judge.HiddenCall("autograder.checks.day08", "check_normalization",
+    call = judge.HiddenCall("autograder.judge.checks.day08", "check_normalization",
                             [("name", n) for n in ("normalization_stats", "MEAN", "STD",
                                                    "mnist")])
     checks.trusted_mnist.cache_clear()
@@ -253,10 +254,10 @@ def test_does_an_environment_error_leave_its_grade_empty(tmp_path):
 def test_is_an_environment_error_graded_again(root, tmp_path, monkeypatch):
     """A re-run of grade: is the environment-error result graded again while an unchanged
     graded result is kept?"""
-    from autograder import pipeline
+    from autograder.grading import pipeline, template
 
     monkeypatch.setenv("TFS_GRADING_CACHE", str(tmp_path / "grading-cache"))
-    monkeypatch.setattr(pipeline, "template_cache", lambda root, days: tmp_path / "template")
+    monkeypatch.setattr(template, "template_cache", lambda root, days: tmp_path / "template")
     nb = root / "release" / DAY / f"{DAY}.ipynb"
     work = [("ada", DAY, nb), ("bob", DAY, nb)]
     out = tmp_path / "results"
@@ -296,10 +297,10 @@ def test_which_days_need_which_data(root):
 def test_does_preflight_say_everything_missing_at_once(root, no_data, monkeypatch):
     """No bubblewrap and no data: one message with both problems and their fixes, and no
     template built for a batch that cannot run?"""
-    from autograder import pipeline, sandbox
+    from autograder import sandbox
 
     monkeypatch.setattr(sandbox, "available", lambda: (False, "bwrap not found"))
-    monkeypatch.setattr(pipeline, "template_cache", _must_not_check)
+    monkeypatch.setattr(template, "template_cache", _must_not_check)
     with pytest.raises(PipelineError) as info:
         preflight.check(root, ["day01_why_rnns_struggle", DAY, "day13_training_tinygpt"],
                         sandbox=True)
@@ -315,17 +316,16 @@ def test_does_preflight_say_everything_missing_at_once(root, no_data, monkeypatc
 def test_does_preflight_say_when_the_template_cannot_be_built(root, shipped, monkeypatch):
     """nbgrader cannot generate the assignment: said before any notebook, with the command
     that shows which notebook fails; and with everything ready, it returns quietly?"""
-    from autograder import pipeline
 
     def broken(root, days):
         raise RuntimeError("generate_assignment failed on day08")
 
-    monkeypatch.setattr(pipeline, "template_cache", broken)
+    monkeypatch.setattr(template, "template_cache", broken)
     with pytest.raises(PipelineError, match="grading template cannot be built.*day08.*"
                                             "python -m autograder build"):
         preflight.check(root, [DAY], sandbox=False)
     made = []
-    monkeypatch.setattr(pipeline, "template_cache", lambda root, days: made.append(days))
+    monkeypatch.setattr(template, "template_cache", lambda root, days: made.append(days))
     assert preflight.check(root, [DAY], sandbox=False) is False
     assert made == [[DAY]]
 
@@ -333,7 +333,6 @@ def test_does_preflight_say_when_the_template_cannot_be_built(root, shipped, mon
 def test_does_grade_stop_before_the_first_notebook(root, no_data, tmp_path, monkeypatch,
                                                    capsys):
     """`grade` with the data missing: exit status 2, the message, nothing graded?"""
-    from autograder import pipeline
 
     subs = tmp_path / "subs" / "ada" / DAY
     subs.mkdir(parents=True)
@@ -352,7 +351,7 @@ def test_does_fetch_data_fill_the_cache_or_say_what_is_missing(no_data, monkeypa
     assert main(["fetch-data"]) == 1
     err = capsys.readouterr().err
     assert "dataset mnist (t10k-labels-idx1-ubyte) unavailable" in err and "COURSE_DATA_DIR" in err
-    monkeypatch.setattr(data, "SHIPPED_DIR", Path(preflight.__file__).parents[1] / "course"
+    monkeypatch.setattr(data, "SHIPPED_DIR", Path(preflight.__file__).parents[2] / "course"
                         / "datasets")
     assert main(["fetch-data"]) == 0
     out = capsys.readouterr().out

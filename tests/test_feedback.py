@@ -6,8 +6,8 @@ import json
 
 import nbformat
 
-from autograder.feedback import render, write_feedback
-from autograder.pipeline import Result, TestResult, graded_cells
+from autograder.grading.feedback import render, write_feedback
+from autograder.grading.pipeline import Result, TestResult, graded_cells
 
 DAY = "day03_self_attention"
 
@@ -19,7 +19,7 @@ def _autograded_like(root):
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "day03_mask":
             cell.outputs = [nbformat.v4.new_output(
                 "error", ename="CheckFailure", evalue="the mask was added after softmax",
-                traceback=["  File autograder/checks/day03.py, line 40, in check_mask",
+                traceback=["  File autograder/judge/checks/day03.py, line 40, in check_mask",
                            "    hidden.check_mask(SelfAttention)"])]
     return nb
 
@@ -38,7 +38,7 @@ def test_feedback_never_shows_hidden_tests(root):
     result, nb = _result(root)
     page = render(result, nb)
     assert "BEGIN HIDDEN TESTS" not in page and "hidden.check" not in page
-    assert "autograder.checks" not in page and "Traceback" not in page
+    assert "autograder.judge.checks" not in page and "Traceback" not in page
     assert "class SelfAttention" in page  # the learner's own code
     assert "mask the scores" in page  # the diagnosis
     for gid, _ in graded_cells(nb):

@@ -27,7 +27,8 @@ import nbformat
 import pytest
 import torch
 
-from autograder import judge, pipeline
+from autograder import judge
+from autograder.grading import pipeline
 from autograder.sandbox import GiB, Limits
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -310,7 +311,7 @@ def test_selfcheck_draws_a_fresh_secret_per_run():
 
 
 def test_seeds_follow_the_key():
-    from autograder import checks
+    from autograder.judge import checks
 
     def draw(key):
         with checks.seeded(key):
@@ -338,7 +339,7 @@ _agent._ref = _flood
 MEASURE = r'''
 import json, resource, sys, time
 from pathlib import Path
-from autograder import pipeline
+from autograder.grading import pipeline
 from autograder.sandbox import GiB, Limits
 t0 = time.monotonic()
 res = pipeline.grade(Path(sys.argv[1]), Path(sys.argv[2]), days=["day03_self_attention"],

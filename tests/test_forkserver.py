@@ -18,9 +18,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import forkserver, pipeline, sandbox
-from autograder.mutants import load_catalog
-from autograder.sandbox import GiB, Limits, MiB
+from autograder import sandbox
+from autograder.authoring.mutants import load_catalog
+from autograder.grading import pipeline
+from autograder.sandbox import GiB, Limits, MiB, forkserver
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import submissions as S  # noqa: E402

@@ -13,7 +13,8 @@ import nbformat
 import pytest
 import torch
 
-from autograder import judge, remote
+from autograder import judge
+from autograder.judge import remote
 from course import agent
 from course.checking import localise
 
@@ -21,7 +22,8 @@ from course.checking import localise
 def _verdict(ns: dict, module: str, check: str, *names: str) -> judge.Verdict:
     agent.reset()
     agent.USER_NS = ns
-    call = judge.HiddenCall(f"autograder.checks.{module}", check, [("name", n) for n in names])
+    call = judge.HiddenCall(f"autograder.judge.checks.{module}", check,
+                            [("name", n) for n in names])
     return judge.run(call, remote.Conn(agent.handle))
 
 
@@ -100,7 +102,7 @@ def test_top_p_is_decided_without_a_floating_point_tie(dtype, rule):
     """Correct top-p implementations that differ only where the mass before a token equals p
     exactly (>= or >, another precision, another summation) must all pass: no threshold of
     the test may sit on a cumulative sum."""
-    v = _verdict(_define(TOP_P.format(dtype=dtype, rule=rule)), "day13",
+    v = _verdict(_define(TOP_P.format(dtype=dtype, rule=rule)), "day13_sampling",
                  "check_generate_top_p", "generate")
     assert v.passed, v.message
 
@@ -168,7 +170,7 @@ def test_localise_names_how_values_differ(make, words):
 
 
 def test_first_difference_names_the_first_step_that_differs():
-    from autograder.checks import Step, first_difference
+    from autograder.judge.checks import Step, first_difference
 
     a, b = torch.zeros(2), torch.ones(2)
     same, other = Step("scores", a, a, "in the scores"), Step("weights", b, a, "in the softmax")

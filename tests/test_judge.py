@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from autograder import judge, remote
+from autograder import judge
+from autograder.judge import remote
 from course import agent, checking, wire
 
 
@@ -101,9 +102,9 @@ def test_learner_errors_come_back_as_errors():
 
 def test_a_lying_kernel_fails_the_check_not_the_judge():
     """An agent replaced by one that answers garbage, or with the wrong values, earns 0."""
-    from autograder.checks import day02
+    from autograder.judge.checks import day02
 
-    call = judge.HiddenCall("autograder.checks.day02", "check_softmax_values",
+    call = judge.HiddenCall("autograder.judge.checks.day02", "check_softmax_values",
                             [("name", "softmax")])
     for answer in ("not base64!", base64.b64encode(b"{bad json").decode(),
                    base64.b64encode(json.dumps({"$t": ["float32", [1], ""]}).encode()).decode()):
@@ -116,13 +117,14 @@ def test_a_lying_kernel_fails_the_check_not_the_judge():
 
 
 def test_parse_hidden_cell_accepts_one_check_call_only():
-    src = ("# Hidden tests: x\n### BEGIN HIDDEN TESTS\nfrom autograder.checks import day03 as "
-           "hidden\nhidden.check_mask(SelfAttention, 3, mode='x')\n### END HIDDEN TESTS\n")
+    src = ("# Hidden tests: x\n### BEGIN HIDDEN TESTS\n"
+           "from autograder.judge.checks import day03 as hidden\n"
+           "hidden.check_mask(SelfAttention, 3, mode='x')\n### END HIDDEN TESTS\n")
     call = judge.parse_hidden_cell(src)
-    assert (call.module, call.function) == ("autograder.checks.day03", "check_mask")
+    assert (call.module, call.function) == ("autograder.judge.checks.day03", "check_mask")
     assert call.args == [("name", "SelfAttention"), ("const", 3)]
     assert call.kwargs == {"mode": ("const", "x")} and call.names == ["SelfAttention"]
-    for bad in ("import os\nos.system('x')", "from autograder.checks import day03 as h\n"
+    for bad in ("import os\nos.system('x')", "from autograder.judge.checks import day03 as h\n"
                 "h.check_mask(f(x))", "x = 1"):
         with pytest.raises(judge.NotJudgeable):
             judge.parse_hidden_cell(bad)
@@ -131,7 +133,7 @@ def test_parse_hidden_cell_accepts_one_check_call_only():
 def test_an_expected_value_from_the_kernel_is_a_grader_bug():
     """compare refuses an expected value computed from what the kernel reports, and an
     in-place copy of it into the judge's own tensor; the judge says it is the grader's fault."""
-    from autograder import checks
+    from autograder.judge import checks
 
     conn = _conn({"lin": torch.nn.Linear(3, 2)})
     lin = conn.get("lin")
@@ -148,7 +150,7 @@ def test_an_expected_value_from_the_kernel_is_a_grader_bug():
     # The same, as a check the judge runs: "internal error of the grader".
     import types
 
-    module = types.ModuleType("autograder.checks.bogus")
+    module = types.ModuleType("autograder.judge.checks.bogus")
 
     @checks.value_check
     def check_reads_back(lin):
@@ -169,11 +171,11 @@ def test_every_check_declares_its_kind():
     import importlib
     import pkgutil
 
-    import autograder.checks as package
+    import autograder.judge.checks as package
 
     missing = []
     for info in pkgutil.iter_modules(package.__path__):
-        module = importlib.import_module(f"autograder.checks.{info.name}")
+        module = importlib.import_module(f"autograder.judge.checks.{info.name}")
         for name in dir(module):
             fn = getattr(module, name)
             if name.startswith("check_") and callable(fn) and fn.__module__ == module.__name__ \
@@ -219,13 +221,13 @@ def test_gate_withholds_an_observed_check_only_for_the_value_checks_it_leans_on(
     assert list(judge.gate({"crop": crop, "top_p": top_p, "plain": plain_wrong})) == ["crop"]
 
 
-@pytest.mark.parametrize("module, check", [("day13", "check_generate_crop"),
+@pytest.mark.parametrize("module, check", [("day13_sampling", "check_generate_crop"),
                                            ("day08", "check_init_loss"),
                                            ("day08", "check_classifier_device")])
 def test_an_observed_check_leans_on_value_checks_that_exist(module, check):
     import importlib
 
-    checks = importlib.import_module(f"autograder.checks.{module}")
+    checks = importlib.import_module(f"autograder.judge.checks.{module}")
     fn = getattr(checks, check)
     assert fn.kind == "observed" and fn.leans_on
     assert all(callable(getattr(checks, name, None)) and getattr(checks, name).kind == "value"
@@ -305,7 +307,7 @@ def test_training_result_numbers_the_characters_the_way_the_learner_trained():
     """Does the Day 13 judge number the validation windows with the learner's tokenizer when
     its ids are a permutation (first-appearance order), and fall back to sorted order when
     they are not a bijection or encode fails?"""
-    from autograder.checks import day13
+    from autograder.judge.checks import day13
 
     chars = ["\n", " ", "a", "b"]
 

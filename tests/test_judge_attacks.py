@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import pipeline
+from autograder.grading import pipeline
 from autograder.sandbox import GiB, Limits
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -86,8 +86,8 @@ _a.handle = _handle
 import gc, sys
 found = []
 try:
-    import autograder.checks.day02 as _h
-    found.append("imported autograder.checks.day02")
+    import autograder.judge.checks.day02 as _h
+    found.append("imported autograder.judge.checks.day02")
 except Exception:
     pass
 marks = ("BEGIN " + "HIDDEN", "hidden" + ".check")

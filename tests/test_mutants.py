@@ -5,8 +5,8 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from autograder.mutants import MutantError, load_catalog
-from autograder.pipeline import graded_cells, list_days
+from autograder.authoring.mutants import MutantError, load_catalog
+from autograder.grading.pipeline import graded_cells, list_days
 
 
 def test_catalog_loads_with_unique_ids():
@@ -40,9 +40,9 @@ def test_a_mutant_whose_text_is_absent_is_an_error(root):
 def test_a_mutant_marked_alone_fails_verify_when_another_exercise_loses_points():
     """Does verify hold "one mistake costs once": a mutant marked alone that also costs a test
     outside its exercise is reported, naming that test; one of ``also`` is allowed?"""
-    from autograder.mutants import Mutant
-    from autograder.records import Result, TestResult
-    from autograder.verify import check_mutant
+    from autograder.authoring.mutants import Mutant
+    from autograder.authoring.verify import check_mutant
+    from autograder.core.records import Result, TestResult
 
     m = Mutant(id="m", day="d", cell="c", find="a", replace="b", test="t_own",
                diagnosis="sorted order", alone=True, also=("t_same_exercise",))

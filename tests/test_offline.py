@@ -26,7 +26,7 @@ DAYS = ["day08_mnist_as_sequences", "day09_training_loop", "day13_training_tinyg
 GRADE = r'''
 import json, sys
 from pathlib import Path
-from autograder import pipeline
+from autograder.grading import pipeline
 from autograder.sandbox import GiB, Limits
 root, subs, out = (Path(a) for a in sys.argv[1:4])
 res = pipeline.grade(root, subs, days=sys.argv[4].split(","), jobs=2, results_dir=out,

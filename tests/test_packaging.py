@@ -1,4 +1,5 @@
-"""Is the project installable the way the README says, with one source of truth for versions?"""
+"""Is the project installable the way the README and docs/learners.md say, with one source of
+truth for versions?"""
 
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def test_makefile_looks_for_the_pythons_pyproject_accepts(root):
         f"python{v}" for v in reversed(pythons)] + ["python3"]
     text = (root / "Makefile").read_text()
     assert not re.search(r"^\t.*\bpython3\.\d+", text, re.M), "a recipe names a python3.x"
-    readme = (root / "README.md").read_text()
-    assert f"Python {pythons[0]} to {pythons[-1]}" in readme
+    for page in ("README.md", "docs/learners.md"):   # the front page and the install guide
+        assert f"Python {pythons[0]} to {pythons[-1]}" in (root / page).read_text(), page
 
 
 def _fake_python(folder: Path, name: str, body: str) -> None:

@@ -9,9 +9,9 @@ import os
 import nbformat
 import pytest
 
-from autograder import pipeline
-from autograder.authoring import text_to_notebook
-from autograder.pipeline import PipelineError
+from autograder.authoring.author import text_to_notebook
+from autograder.grading import pipeline, template
+from autograder.grading.pipeline import PipelineError
 
 DAY = "day02_queries_keys_values"
 
@@ -110,18 +110,18 @@ def test_grading_template_is_made_once_per_course_version(root, tmp_path, monkey
     again), and made anew when the course changes?"""
     monkeypatch.setenv("TFS_GRADING_CACHE", str(tmp_path / "cache"))
     made = []
-    real = pipeline.prepare_template
+    real = template.prepare_template
 
     def counting(*args, **kwargs):
         made.append(args[1])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "prepare_template", counting)
+    monkeypatch.setattr(template, "prepare_template", counting)
     day = "day02_queries_keys_values"
-    first = pipeline.template_cache(root, [day])
-    assert pipeline.template_cache(root, [day]) == first and len(made) == 1
-    monkeypatch.setattr(pipeline, "course_fingerprint", lambda r, d: "another version")
-    assert pipeline.template_cache(root, [day]) != first and len(made) == 2
+    first = template.template_cache(root, [day])
+    assert template.template_cache(root, [day]) == first and len(made) == 1
+    monkeypatch.setattr(template, "course_fingerprint", lambda r, d: "another version")
+    assert template.template_cache(root, [day]) != first and len(made) == 2
 
 
 def test_a_converter_failure_keeps_the_traceback_nbgrader_logged():
@@ -129,7 +129,7 @@ def test_a_converter_failure_keeps_the_traceback_nbgrader_logged():
     kept for the result's detail is the traceback, not the summary after it."""
     import logging
 
-    from autograder.build import _ErrorLog
+    from autograder.core.nbgrader import _ErrorLog
 
     errors, log = _ErrorLog(), logging.getLogger("tfs-test-converter")
     log.addHandler(errors)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.authoring import text_to_notebook
+from autograder.authoring.author import text_to_notebook
 from course import previous, standins
 
 DAY = "day02_queries_keys_values"

@@ -1,8 +1,9 @@
 """The course's measured record (course/record.json) and everything that quotes it.
 
-A figure a notebook or the README states must be the one the record holds: the training cells
-print the learner's figure next to the record's (``course.record.report``), the README's table is
-rendered from the record, and a markdown sentence that quotes the record is held against it here.
+A figure a notebook or docs/record.md states must be the one the record holds: the training
+cells print the learner's figure next to the record's (``course.record.report``), the table of
+docs/record.md is rendered from the record, and a markdown sentence that quotes the record is
+held against it here.
 Regenerate with ``python -m autograder record`` (idle machine; the cpu profile takes ~20 min).
 """
 
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder.measure import (
+from autograder.authoring.measure import (
     CPU_NOTEBOOK_LIMIT_S,
     README_END,
     README_START,
+    RECORD_PAGE,
     render_table,
     update_readme,
 )
@@ -120,11 +122,20 @@ def test_every_reported_figure_is_recorded_and_every_recorded_figure_is_reported
             f"no longer reported {sorted(recorded - reported)} (run python -m autograder record)")
 
 
-def test_the_readme_table_is_the_record():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_record_page_table_is_the_record():
+    """Is the table of docs/record.md, between the record markers, rendered from the record?"""
+    text = (ROOT / RECORD_PAGE).read_text(encoding="utf-8")
     block = text.split(README_START, 1)[1].split(README_END, 1)[0].strip()
     assert block == render_table(RECORD), \
-        "README's record table differs from course/record.json: run python -m autograder record"
+        f"{RECORD_PAGE}'s record table differs from course/record.json: run python -m " \
+        "autograder record"
+
+
+def test_the_record_table_lives_in_one_place():
+    """Does docs/record.md hold the one record block, and the README none (the writer would
+    leave a second copy stale)?"""
+    assert (ROOT / RECORD_PAGE).read_text(encoding="utf-8").count(README_START) == 1
+    assert README_START not in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 # what a sentence that quotes the record may state: a percentage, seconds, minutes, a speed-up,
@@ -211,22 +222,22 @@ def test_report_prints_the_learners_figure_next_to_the_record(tmp_path, monkeypa
         report("day09", "no_such_figure", 1.0)
 
 
-def test_the_readme_block_is_rewritten_in_place(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{README_START}\nold table\n{README_END}\nafter\n")
-    update_readme(readme, RECORD)
-    assert readme.read_text() == (f"before\n{README_START}\n{render_table(RECORD)}\n"
-                                  f"{README_END}\nafter\n")
+def test_the_record_block_is_rewritten_in_place(tmp_path):
+    page = tmp_path / "record.md"
+    page.write_text(f"before\n{README_START}\nold table\n{README_END}\nafter\n")
+    update_readme(page, RECORD)
+    assert page.read_text() == (f"before\n{README_START}\n{render_table(RECORD)}\n"
+                                f"{README_END}\nafter\n")
 
 
 def test_record_runs_a_notebook_keeps_its_figures_and_stops_its_kernel(tmp_path):
     """`record` on a one-day course: the figure a cell reports and the notebook's time land in
-    the record and the README's table, and no kernel outlives the run."""
+    the record and the table of docs/record.md, and no kernel outlives the run."""
     import os
 
     import nbformat
 
-    from autograder.measure import record
+    from autograder.authoring.measure import record
 
     day = "day01_tiny"
     for top in ("source", "solutions"):
@@ -236,7 +247,8 @@ def test_record_runs_a_notebook_keeps_its_figures_and_stops_its_kernel(tmp_path)
         nb.cells = [nbformat.v4.new_code_cell(
             'from course.record import report\nreport("day01", "val_loss", 1.25)')]
         nbformat.write(nb, folder / f"{day}.ipynb")
-    (tmp_path / "README.md").write_text(f"x\n{README_START}\n{README_END}\n")
+    (tmp_path / RECORD_PAGE).parent.mkdir()
+    (tmp_path / RECORD_PAGE).write_text(f"x\n{README_START}\n{README_END}\n")
     path = tmp_path / "record.json"
 
     def children() -> set[int]:
@@ -257,5 +269,5 @@ def test_record_runs_a_notebook_keeps_its_figures_and_stops_its_kernel(tmp_path)
     assert entry["figures"] == {"val_loss": 1.25}
     assert entry["notebook_seconds"] > 0
     assert json.loads(path.read_text()) == result
-    assert "| day01_tiny | — | not measured | " in (tmp_path / "README.md").read_text()
+    assert "| day01_tiny | — | not measured | " in (tmp_path / RECORD_PAGE).read_text()
     assert children() <= before, "a kernel outlived the record run"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from autograder.pipeline import Result, TestResult
-from autograder.report import diagnosis_key, summarize, write_report
+from autograder.grading.pipeline import Result, TestResult
+from autograder.grading.report import diagnosis_key, summarize, write_report
 
 DAY = "day04_multi_head_attention"
 

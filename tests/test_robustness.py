@@ -14,8 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import pipeline
-from autograder.mutants import load_catalog
+from autograder.authoring.mutants import load_catalog
+from autograder.grading import pipeline, template
 from autograder.sandbox import GiB, Limits, MiB
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -181,7 +181,7 @@ def test_results_are_written_and_resume_grades_nothing(batch, root, monkeypatch)
     def boom(*a, **k):
         raise AssertionError("nothing should be graded again")
 
-    monkeypatch.setattr(pipeline, "prepare_template", boom)
+    monkeypatch.setattr(template, "prepare_template", boom)
     again = pipeline.grade(root, batch["subs"], days=[S.DAY], jobs=2,
                            results_dir=batch["out"], sandbox="auto", limits=LIMITS)
     assert {r.student: (r.status, r.score) for r in again} == {
@@ -251,6 +251,7 @@ def test_exit_words_name_the_signal():
 
 def test_kernel_cap_notice_is_recognised():
     """Does the executor look for the very words the kernel's start-up cap prints?"""
-    from autograder import execute, kernel_startup
+    from autograder.grading import execute
+    from autograder.sandbox import kernel_startup
 
     assert execute.KERNEL_CAP_NOTICE in kernel_startup.STARTUP

@@ -16,9 +16,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import kernel_startup, pipeline, sandbox
-from autograder.pipeline import PipelineError
-from autograder.sandbox import GiB, Limits
+from autograder import sandbox
+from autograder.grading import pipeline
+from autograder.grading import template as grading_template
+from autograder.grading.pipeline import PipelineError
+from autograder.sandbox import GiB, Limits, kernel_startup
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import submissions as S  # noqa: E402
@@ -36,7 +38,7 @@ def attempt(name, fn):
 ROOT, SUBS, OUT, PORT = @ARGS@
 attempt("read source/", lambda: os.listdir(os.path.join(ROOT, "source")))
 attempt("read solutions/", lambda: os.listdir(os.path.join(ROOT, "solutions")))
-attempt("read hidden test file", lambda: open(os.path.join(ROOT, "autograder", "checks",
+attempt("read hidden test file", lambda: open(os.path.join(ROOT, "autograder", "judge", "checks",
                                                              "day03.py")).read())
 attempt("find hidden tests on disk", lambda: [p for top in ("/work", "/tmp", "/root", "/home",
         "/srv", "/opt", "/mnt") for p in glob.glob(top + "/**/checks/day03.py", recursive=True)
@@ -45,7 +47,7 @@ attempt("read the gradebook", lambda: [p for p in glob.glob("/tmp/**/gradebook.d
         recursive=True) + glob.glob(os.path.join(ROOT, "**", "gradebook.db"), recursive=True)
         if "site-packages" not in p])  # nbgrader ships a test gradebook of its own
 attempt("read hidden module source", lambda: __import__("inspect").getsource(
-        __import__("autograder.checks.day03", fromlist=["x"])))
+        __import__("autograder.judge.checks.day03", fromlist=["x"])))
 attempt("other students", lambda: os.listdir(SUBS))
 attempt("other students via /proc", lambda: [p for p in glob.glob("/proc/[0-9]*/cwd")
         if os.path.realpath(p) != os.getcwd() and os.listdir(p)])
@@ -181,7 +183,7 @@ def test_nothing_of_the_grading_library_reaches_the_kernel(root, tmp_path):
     # a self-check's standby sets
     assert re.findall(r"^\s*(?:import|from)\s+(\S+)", rest, re.M) == ["importlib"]
     template = tmp_path / "template"
-    pipeline.prepare_template(root, [S.DAY], template)
+    grading_template.prepare_template(root, [S.DAY], template)
     files = [p for p in template.rglob("*") if p.is_file()]
     assert files and not [p for p in files if p.suffix == ".py" or b"def check_" in p.read_bytes()]
 
@@ -213,7 +215,7 @@ def test_folders_made_for_binds_are_read_only(tmp_path):
 def test_kernels_find_the_datasets_without_the_graders_home(monkeypatch, tmp_path):
     """A kernel's HOME is its own: is the user's dataset cache named for an unsandboxed kernel,
     and bound folder by folder (never the cache's parent) for a sandboxed one?"""
-    from autograder import kernel_files
+    from autograder.sandbox import kernel_files
 
     (tmp_path / "cache" / "mnist").mkdir(parents=True)
     (tmp_path / "cache" / "grading").mkdir()  # something else in the cache folder

@@ -19,8 +19,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import acceptance, pipeline, sandbox
-from autograder.collect import parse_lms_name, unzip_submissions
+from autograder import sandbox
+from autograder.core import acceptance
+from autograder.grading import pipeline
+from autograder.grading.collect import parse_lms_name, unzip_submissions
 from autograder.sandbox import GiB, Limits, MiB
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -324,7 +326,7 @@ import sys
 sys.path.insert(0, {fixtures!r})
 from pathlib import Path
 import submissions as S
-from autograder import pipeline
+from autograder.grading import pipeline
 from autograder.sandbox import GiB, Limits
 
 HOOK = """

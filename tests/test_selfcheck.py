@@ -1,4 +1,4 @@
-"""Tests for autograder/selfcheck.py: a learner grades one notebook and sees what to fix."""
+"""Tests for autograder/selfcheck/: a learner grades one notebook and sees what to fix."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import shutil
 import nbformat
 import pytest
 
-from autograder import pipeline
 from autograder import selfcheck as S
 from autograder.__main__ import main
+from autograder.grading import pipeline
 
 DAY2 = "day02_queries_keys_values"
 
@@ -187,7 +187,7 @@ def test_a_killed_standby_leaves_nothing_for_long(tmp_path, monkeypatch):
     import os
     import tempfile
 
-    from autograder import standby
+    from autograder.selfcheck import standby
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = 4_000_000                      # above pid_max: no such process

@@ -1,11 +1,12 @@
-"""Tests for autograder/stated.py: a number a notebook states is one its answer key prints."""
+"""Tests for autograder/authoring/stated.py: a number a notebook states is one its answer key
+prints."""
 
 from __future__ import annotations
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from autograder import stated
+from autograder.authoring import stated
 
 
 def _cell(source: str, printed: str):

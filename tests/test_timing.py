@@ -1,4 +1,4 @@
-"""Tests for autograder/timing.py: every day's stated time is one a learner can keep."""
+"""Tests for autograder/authoring/timing.py: every day's stated time is one a learner can keep."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder import timing
+from autograder.authoring import timing
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "source").glob("day*/day*.ipynb"))

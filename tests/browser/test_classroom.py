@@ -279,7 +279,7 @@ def test_ctrl_c_leaves_nothing_running(folder):
         # Logging in spawns the student's server (as the account student1).
         opener.open(f"{base}/hub/login", data=form, timeout=120).read()
         from autograder.classroom import leftovers
-        from autograder.classroom_setup import account_uids
+        from autograder.classroom.setup import account_uids
 
         uids = account_uids(folder)
         running = [p for p, _ in leftovers(folder)]

@@ -1,0 +1,168 @@
+"""What grading records: each (student, day)'s result, its key for resuming, the grades file.
+
+Results are written atomically one by one as they arrive (``results/<student>/<day>.json``);
+a result's key is the hash of the submitted notebook and of everything else that decides the
+grade, so a re-run grades only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autograder.core.nbgrader import CONFIG_FILE
+
+STATUSES = ("graded", "missing", "unreadable", "timeout", "memory-limit", "kernel-died",
+            "tampered", "environment-error")
+
+
+@dataclass
+class TestResult:
+    __test__ = False  # not a pytest class
+
+    grade_id: str
+    points: float
+    max_points: float
+    message: str = ""
+
+
+@dataclass
+class Result:
+    """The outcome of grading one (student, day).
+
+    ``status`` is one of :data:`STATUSES`. ``score`` is what the tests that ran earned, also
+    for timeout/memory-limit/kernel-died/tampered (the status says why it needs a look).
+    """
+
+    student: str
+    day: str
+    status: str
+    score: float = 0.0
+    max_score: float = 0.0
+    tests: list[TestResult] = field(default_factory=list)
+    detail: str = ""
+    key: str = ""           # hash of the submitted notebook + the course's grading material
+    seconds: float = 0.0
+    sandboxed: bool = False
+    flags: list[str] = field(default_factory=list)  # tamper findings, truncated output...
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Result:
+        known = {f for f in cls.__dataclass_fields__}
+        data = {k: v for k, v in data.items() if k in known}
+        data["tests"] = [TestResult(**t) for t in data.get("tests", [])]
+        data["flags"] = list(data.get("flags", []))
+        return cls(**data)
+
+
+def _atomic_write_json(path: Path, data: dict) -> None:
+    _atomic_write_text(path, json.dumps(data, indent=1))
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def course_fingerprint(root: Path, day: str, settings: dict | None = None) -> str:
+    """Hash of what decides a grade besides the submission: the day's source notebook, the
+    grading library (autograder/judge/checks, course/), nbgrader's configuration, the limits."""
+    h = hashlib.sha256()
+    files = sorted((root / "source" / day).rglob("*"))
+    for sub in ("autograder/judge/checks", "course"):
+        files += sorted((root / sub).rglob("*.py"))
+    files.append(CONFIG_FILE)
+    for f in files:
+        if f.is_file() and ".ipynb_checkpoints" not in f.parts and "__pycache__" not in f.parts:
+            h.update(str(f.relative_to(root) if f.is_relative_to(root) else f.name).encode())
+            h.update(f.read_bytes())
+    h.update(json.dumps(settings or {}, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def submission_key(nb_path: Path | None, fingerprint: str) -> str:
+    h = hashlib.sha256(fingerprint.encode())
+    if nb_path is None:
+        h.update(b"<missing>")
+    else:
+        try:
+            h.update(Path(nb_path).read_bytes())
+        except OSError as exc:
+            h.update(f"<unreadable {exc}>".encode())
+    return h.hexdigest()[:32]
+
+
+def write_csv(results: list[Result], days: list[str], path: Path,
+              accepted: set[tuple[str, str, str]] | None = None) -> None:
+    """One row per student, one column per day (points), plus total and max.
+
+    A ``tampered`` result pays 0 unless ``accepted`` holds its (student, day, key)
+    (:mod:`autograder.core.acceptance`; ``python -m autograder accept``). An ``environment-error``
+    (the grader's fault) leaves its cell empty, not graded yet: it neither pays nor costs.
+    """
+    import csv
+
+    from autograder.core.acceptance import paid
+
+    accepted = accepted or set()
+    students = sorted({r.student for r in results})
+    by_key = {(r.student, r.day): r for r in results}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", *days, "total", "max_total"])
+        for s in students:
+            row = [by_key.get((s, d)) for d in days]
+            row = [None if r is not None and r.status == "environment-error" else r
+                   for r in row]
+            w.writerow([s, *(f"{paid(r, accepted):g}" if r else "" for r in row),
+                        f"{sum(paid(r, accepted) for r in row if r):g}",
+                        f"{sum(r.max_score for r in row if r):g}"])
+    os.replace(tmp, path)
+
+
+def load_results(results_dir: Path) -> list[Result]:
+    """Every result JSON under ``results_dir/<student>/<day>.json`` (unreadable ones skipped)."""
+    out = []
+    for f in sorted(results_dir.glob("*/*.json")):
+        try:
+            out.append(Result.from_json(json.loads(f.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return out
+
+
+def format_table(results: list[Result], days: list[str]) -> str:
+    """A per-day score table: one row per day, one column per student, in percent."""
+    students = sorted({r.student for r in results})
+    by_key = {(r.student, r.day): r for r in results}
+    width = max([len(d) for d in days] + [4])
+    cols = [max(len(s), 8) for s in students]
+    lines = ["  ".join([f"{'day':<{width}}", *(f"{s:>{c}}" for s, c in zip(students, cols,
+                                                                             strict=True))])]
+    for day in days:
+        cells = []
+        for s, c in zip(students, cols, strict=True):
+            r = by_key.get((s, day))
+            if r is None:
+                cells.append(f"{'':>{c}}")
+            elif r.status != "graded":
+                cells.append(f"{r.status:>{c}}")
+            else:
+                pct = 100.0 * r.score / r.max_score if r.max_score else 0.0
+                cells.append(f"{pct:>{c - 1}.0f}%")
+        lines.append("  ".join([f"{day:<{width}}", *cells]))
+    return "\n".join(lines)

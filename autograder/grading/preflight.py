@@ -1,0 +1,190 @@
+"""Say it before it costs an hour: what ``grade``, ``verify`` and ``demo`` need, checked first.
+
+:func:`check` looks, before the first notebook runs, at what a batch needs from this machine
+and stops with one message listing every problem and its fix:
+
+- the datasets the days use (``course.data``), verified by checksum both as the judge loads
+  them (here, network allowed: a download fills the cache) and as a kernel sees them (the
+  sandbox has no network: its mirror folders and the copy shipped with the course);
+- bubblewrap, when the sandbox is required;
+- the grading template (nbgrader's generated assignment,
+  :func:`autograder.grading.template.template_cache`),
+  made once per version of the course.
+
+The same data checks tell a grading machine's fault from the learner's after a notebook ran
+(:func:`autograder.grading.score._status_from`): a ``DatasetUnavailable`` that this machine confirms
+is an ``environment-error`` (nothing charged, graded again by the next ``grade``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+#: What fixes a dataset the grading machine lacks.
+DATASET_FIX = ("fix: restore the copy shipped with the course (`git checkout -- course/datasets` "
+               "in the checkout, or reinstall the course), or set COURSE_DATA_DIR to a folder "
+               "holding mnist/t10k-*.gz and tinyshakespeare/input.txt, or run "
+               "`python -m autograder fetch-data` on this machine with the network reachable")
+#: What to do once an environment fault is fixed.
+RERUN = ("then run `python -m autograder grade` again: it grades every environment-error "
+         "result again, and nothing was charged meanwhile")
+
+# Names in a day's source notebook or checks that load a dataset of the course's main path.
+_USES = {
+    ("load_mnist(", "trusted_mnist("): ("mnist-test-images", "mnist-test-labels"),
+    ("load_tinyshakespeare(", "trusted_tinyshakespeare("): ("tinyshakespeare",),
+}
+
+
+def needed_datasets(root: Path, days: list[str]) -> list[str]:
+    """The registry files (``course.data.SHIPPED``) the days' notebooks or checks load."""
+    checks = Path(__file__).parents[1] / "judge" / "checks"
+    found: set[str] = set()
+    for day in days:
+        texts = [p.read_text(encoding="utf-8", errors="replace")
+                 for p in sorted((root / "source" / day).glob("*.ipynb"))]
+        stem = day.split("_", 1)[0]
+        texts += [p.read_text(encoding="utf-8") for p in sorted(checks.glob(f"{stem}*.py"))]
+        for calls, names in _USES.items():
+            if any(c in t for t in texts for c in calls):
+                found.update(names)
+    from course.data import SHIPPED
+
+    return [n for n in SHIPPED if n in found]
+
+
+def fetch_problems(names: list[str], offline: bool = False) -> list[str]:
+    """One line per registry file that does not load verified (here, with this process's
+    ``COURSE_CACHE_DIR`` and ``COURSE_DATA_DIR``); [] when all do."""
+    from course.data import REGISTRY, DatasetError, fetch
+
+    problems = []
+    for name in names:
+        entry = REGISTRY[name]
+        try:
+            fetch(name, progressbar=False, offline=offline)
+        except DatasetError as exc:
+            lines = str(exc).splitlines()
+            why = next((ln.strip() for ln in lines if ln.strip().startswith("errors:")),
+                       lines[0] if lines else "")
+            problems.append(f"dataset {entry.dataset} ({entry.filename}) unavailable: "
+                            f"{type(exc).__name__}: {why[:500]}")
+        except OSError as exc:  # an unwritable cache folder, a full disk
+            problems.append(f"dataset {entry.dataset} ({entry.filename}): cannot write the "
+                            f"dataset cache: {type(exc).__name__}: {exc}")
+    return problems
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str | None]):
+    """``os.environ`` with ``values`` set (None: unset) inside the block, restored after."""
+    from unittest import mock
+
+    with mock.patch.dict(os.environ):
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+
+
+def kernel_data_problems(names: list[str], sandboxed: bool) -> list[str]:
+    """:func:`fetch_problems` for the files as a grading kernel sees them, offline.
+
+    Sandboxed: only the dataset folders :func:`autograder.sandbox.kernel_files.dataset_binds`
+    shows it
+    (the host's mirror, else its verified cache) and the copy shipped with the course, with
+    an empty cache of its own. Unsandboxed: this machine's cache and mirror, as the kernel gets
+    them (:func:`autograder.sandbox.kernel_files.unsandboxed_data_environment`).
+    """
+    from course.data import CACHE_ENV, MIRROR_ENV
+
+    if not names:
+        return []
+    if not sandboxed:
+        from autograder.sandbox.kernel_files import unsandboxed_data_environment
+
+        env = unsandboxed_data_environment()
+        with _environ({MIRROR_ENV: env.get(MIRROR_ENV), CACHE_ENV: env.get(CACHE_ENV)}):
+            return fetch_problems(names, offline=True)
+    from autograder.sandbox.kernel_files import dataset_binds
+
+    binds, _ = dataset_binds()
+    with tempfile.TemporaryDirectory(prefix="tfs-kernel-data-") as tmp:
+        view = Path(tmp) / "data"
+        view.mkdir()
+        for source, inner in binds:
+            (view / Path(inner).name).symlink_to(source, target_is_directory=True)
+        with _environ({MIRROR_ENV: str(view), CACHE_ENV: str(Path(tmp) / "cache")}):
+            return fetch_problems(names, offline=True)
+
+
+def dataset_problems(root: Path, days: list[str], sandboxed: bool) -> list[str]:
+    """What of the days' datasets fails to load for the judge (network allowed) or for their
+    kernels (offline, as sandboxed or not)."""
+    names = needed_datasets(root, days)
+    problems = fetch_problems(names)
+    return problems or kernel_data_problems(names, sandboxed)
+
+
+def check(root: Path, days: list[str], sandbox: bool | str, template: bool = True) -> bool:
+    """Check what grading ``days`` needs; return whether kernels will be sandboxed.
+
+    Raises:
+        PipelineError: one message naming every problem found and its fix.
+    """
+    from autograder import sandbox as sb
+    from autograder.core.course import PipelineError
+
+    problems = []
+    sandboxed = False
+    if sandbox == "auto":
+        sandboxed = sb.available()[0]
+    elif sandbox:
+        ok, why = sb.available()
+        sandboxed = ok
+        if not ok:
+            problems.append(f"the sandbox cannot run: {why}; fix: `apt-get install bubblewrap` "
+                            "(with util-linux's setpriv), or pass --no-sandbox to grade only "
+                            "notebooks you trust")
+    data = dataset_problems(root, days, sandboxed)
+    if data:
+        days_using = ", ".join(d.split("_", 1)[0] for d in days if needed_datasets(root, [d]))
+        problems += data
+        problems.append(f"{DATASET_FIX} (or grade the other days: --day; these need the "
+                        f"data: {days_using})")
+    if template and not problems:
+        from autograder.grading import template
+
+        try:
+            template.template_cache(root, days)
+        except Exception as exc:  # noqa: BLE001 - whatever stops nbgrader, said once
+            problems.append(f"the grading template cannot be built (nbgrader generate_assignment"
+                            f" of source/): {type(exc).__name__}: {str(exc)[:800]}; fix: "
+                            "`python -m autograder build` shows which notebook fails")
+    if problems:
+        raise PipelineError("nothing was graded; before the first notebook:\n"
+                            + "\n".join(f"  - {p}" for p in problems))
+    return sandboxed
+
+
+# How course.data's errors name a dataset: "the 'mnist' dataset file", "mnist: the copy from".
+_DATASET_WORD = re.compile(r"'(\w+)' dataset|\b(\w+): the copy from")
+
+
+def named_files(text: str) -> list[str]:
+    """The registry files an error of ``course.data`` names (its file, registry name, or
+    dataset); every shipped file when it names none."""
+    from course.data import REGISTRY, SHIPPED
+
+    files = [n for n, e in REGISTRY.items() if n in text or e.filename in text]
+    if files:
+        return files
+    datasets = {m.group(1) or m.group(2) for m in _DATASET_WORD.finditer(text)}
+    named = [n for n, e in REGISTRY.items() if e.dataset in datasets]
+    return [n for n in named if n in SHIPPED] or ([] if named else list(SHIPPED))

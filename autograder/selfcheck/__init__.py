@@ -1,0 +1,63 @@
+"""The learner's own grading: ``python -m autograder selfcheck NOTEBOOK`` and ``progress``.
+
+Package: :mod:`~autograder.selfcheck.check` grades one notebook exactly as ``grade`` does and
+prints the report; :mod:`~autograder.selfcheck.standby` starts it ahead of time for the
+notebook's Self-check button. It may import :mod:`autograder.grading` (and what that may),
+:mod:`autograder.core` and :mod:`course`; nothing above it imports it but the CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from autograder.selfcheck.check import (  # noqa: F401 - the package's public functions
+    NOT_RECORDED,
+    STUDENT,
+    Report,
+    _grade_options,
+    day_of,
+    exit_status,
+    explain,
+    format_report,
+    selfcheck,
+    show_progress,
+    test_map,
+)
+
+
+def _cmd_selfcheck(args) -> int:
+    if args.standby:
+        from autograder.selfcheck.standby import serve
+
+        code = serve(args.notebook, root=args.root, save=not args.no_save)
+        with contextlib.suppress(OSError):     # serve() may have closed stdout already
+            sys.stdout.flush()
+        os._exit(code)           # skip the interpreter's finalisation (PyTorch is loaded)
+    return exit_status(selfcheck(args.notebook, root=args.root, save=not args.no_save))
+
+
+def _cmd_progress(args) -> int:
+    show_progress(args.folder)
+    return 0
+
+
+def add_learner_commands(sub, add_common) -> None:
+    """Register ``selfcheck`` and ``progress`` on the ``python -m autograder`` parser."""
+    p = sub.add_parser("selfcheck", help="grade one of your notebooks with the hidden tests "
+                       "(offline; prints what to fix; records your progress)")
+    add_common(p)
+    p.add_argument("notebook", type=Path, help="e.g. release/day04_multi_head_attention/"
+                   "day04_multi_head_attention.ipynb")
+    p.add_argument("--no-save", action="store_true", help="do not record the points")
+    p.add_argument("--standby", action="store_true",
+                   help="get ready now, grade when 'go' arrives on stdin (the notebook's "
+                        "Self-check button starts one ahead of time)")
+    p.set_defaults(func=_cmd_selfcheck)
+
+    p = sub.add_parser("progress", help="your points per day, from your latest self-checks")
+    p.add_argument("folder", type=Path, nargs="?", default=None,
+                   help="your course folder (default: the current folder)")
+    p.set_defaults(func=_cmd_progress)
