@@ -26,7 +26,7 @@ from course.checking import CheckFailure
 
 __all__ = ["ActivationProbe", "BatchQueue", "BrokenForward", "CachedLM", "ConstantLoss",
            "DropoutProbe", "FixedLogits", "GlobalSwapped", "ReferenceRNNForward",
-           "ReferenceSoftmax", "RepeatedBatch", "SameBatch", "StepTable",
+           "ReferenceSoftmax", "RepeatedBatch", "StepTable",
            "hook_count", "predict", "seeded", "seeded_generator", "step_schedule",
            "GradientProbe", "LogitsOnly", "Probe", "Recorder", "TrainingProbe"]
 
@@ -369,18 +369,6 @@ class StepTable:
 
     def __call__(self, step: int, *args, **kwargs) -> float:
         return self.rates[int(step)]
-
-
-class SameBatch:
-    """``get_batch(...)`` that returns copies of one ``(x, y)`` pair whatever it is asked: in
-    the place of a learner's ``get_batch`` while ``train`` is graded on a corpus of one
-    repeated token (every window of it is this pair)."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.x, self.y = x, y
-
-    def __call__(self, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x.clone(), self.y.clone()
 
 
 class BatchQueue:
