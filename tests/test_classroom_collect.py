@@ -159,3 +159,45 @@ def test_feedback_is_placed_as_the_instructor(room: Path, tmp_path: Path) -> Non
     placed = classroom_loop.place_feedback(room, tmp_path / "grading", DAY)
     assert [p.name for p in placed] == [f"{DAY}.html"]
     assert placed[0].read_text() == "<p>8 / 8</p>" and placed[0].stat().st_uid != 0
+
+
+def test_a_forged_timestamp_does_not_make_a_late_submission_on_time(room: Path) -> None:
+    """The student writes the folder's name and ``timestamp.txt``: both claim a time before
+    the due date. What counts is root's record of when the submission reached the exchange
+    (status change times, which no student can set back), and the late policy reads it."""
+    import datetime as dt
+
+    from autograder.core import deadlines
+    from autograder.core.records import Result, late_of
+
+    day = "day03_self_attention"
+    early = "2026-01-01 00:00:00.000000 UTC"
+    name = f"student2+{day}+{early}+zzzz"
+    path = submission(room, "student2", name, {f"{day}.ipynb": "{}", "timestamp.txt": early})
+    as_user("student2", lambda: os.utime(path / f"{day}.ipynb", (0, 0)))  # mtime: forgeable
+    before = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
+
+    assert classroom_loop.vet_inbound(room, day) == []
+
+    times = deadlines.load_vouched(classroom_loop.received_times(room))
+    seen = times[("student2", day)]
+    assert before <= seen <= dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
+    assert stat.S_IMODE(classroom_loop.received_times(room).stat().st_mode) == 0o600
+    # the vetted copy still holds the student's words (nbgrader's feedback needs them) ...
+    vetted = classroom_loop.vetted_root(room) / COURSE_ID / "inbound" / name
+    assert (vetted / "timestamp.txt").read_text() == early
+    # ... but grading reads the classroom's time: due an hour ago, per-hour policy
+    due = (seen - dt.timedelta(hours=1)).isoformat()
+    file = room / "deadlines.toml"
+    file.write_text(f'[due]\nday03 = "{due}"\n[late]\npolicy = "per-hour"\npenalty = 0.25\n')
+    rules = deadlines.load(file, ROOT)
+    at, source = deadlines.submission_time(vetted / f"{day}.ipynb", seen)
+    assert source == "classroom"
+    result = Result("student2", day, "graded", 8.0, 8.0, submitted_at=at, time_source=source)
+    late = late_of(result, rules, 8.0)
+    assert abs(late.hours_late - 1) < 1e-6 and late.penalty == 2.0, late  # 1 started hour
+    # the student's own timestamp.txt alone would have said "on time"
+    at, source = deadlines.submission_time(vetted / f"{day}.ipynb")
+    assert source == "nbgrader" and late_of(Result("student2", day, "graded", 8.0, 8.0,
+                                                   submitted_at=at, time_source=source),
+                                            rules, 8.0).hours_late == 0

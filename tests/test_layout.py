@@ -19,6 +19,7 @@ LAYERS = (
     ("autograder.core",),
     ("autograder.judge", "autograder.sandbox"),
     ("autograder.grading",),
+    ("autograder.cohort",),    # similarity, LMS export: read grading's results
     ("autograder.selfcheck",),
     ("autograder.authoring",),
     ("autograder.classroom",),

@@ -10,7 +10,9 @@ root (each kernel then drops to a uid of its own), followed by ``feedback``:
   reach, checked and frozen (see :func:`vet_inbound`; what fails goes to ``quarantine/`` and
   is listed), then ``nbgrader collect DAY`` copies the vetted ones, and only those, into
   ``course/submitted/<student>/DAY/``;
-- ``grade DAY``: ``python -m autograder grade course/submitted --day DAY --output grading``,
+- ``grade DAY``: ``python -m autograder grade course/submitted --day DAY --output grading``
+  (with ``--submission-times received-times.json``: when collect saw each submission arrive,
+  not the student's own ``timestamp.txt``; the late policy is ``grading/deadlines.toml``),
   then ``python -m autograder feedback``: ``grading/grades.csv``, ``grading/results/`` and
   ``grading/feedback/<student>/DAY.html`` (``report --output grading`` works on it);
 - ``return DAY``: each feedback page goes to ``course/feedback/<student>/DAY/<notebook>.html``
@@ -27,7 +29,7 @@ import sys
 from pathlib import Path
 
 from autograder.classroom.setup import COURSE_ID, INSTRUCTOR, _require_root, run_as, users_python
-from autograder.classroom.vet import vet_inbound, vetted_root  # noqa: F401 - the loop's API
+from autograder.classroom.vet import received_times, vet_inbound, vetted_root  # noqa: F401,E501
 from autograder.core.course import PipelineError, resolve_days
 from autograder.grading.collect import find_submitted_notebook
 
@@ -173,6 +175,8 @@ def run(action: str, folder: Path, root: Path, args) -> int:
     elif action == "grade":
         grading.mkdir(mode=0o700, exist_ok=True)
         extra = ["--jobs", str(args.jobs)] if args.jobs else []
+        if received_times(folder).is_file():  # when each submission reached the exchange
+            extra += ["--submission-times", str(received_times(folder))]
         _autograder("grade", str(course_dir(folder) / "submitted"), "--day", day,
                     "--output", str(grading), "--root", str(root), *extra)
         _autograder("feedback", "--output", str(grading), "--day", day)

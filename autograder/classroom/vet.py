@@ -51,7 +51,8 @@ MAX_ENTRIES = 1000
 SPARSE_FROM = 1 << 20     # a file above this size must have at least half its bytes on disk
 
 
-def _copy_checked(src: int, dst: int, owner: int) -> str | None:
+def _copy_checked(src: int, dst: int, owner: int, ctimes: list[float] | None = None
+                  ) -> str | None:
     """Copy the student's folder open at ``src`` into the empty root-only folder open at
     ``dst``; returns why it is refused, or None.
 
@@ -60,7 +61,9 @@ def _copy_checked(src: int, dst: int, owner: int) -> str | None:
     new file of root's, so a descriptor the student still holds on an original reaches
     nothing that is collected. Iterative (no recursion limit), at most :data:`MAX_DEPTH`
     folders deep and :data:`MAX_ENTRIES` entries. Only plain files and folders of ``owner``
-    with one link each are accepted. Closes neither descriptor.
+    with one link each are accepted. Closes neither descriptor. ``ctimes`` gets the status
+    change time of every folder and file in it (a time no student can set back), read before
+    anything of theirs is touched.
     """
     left, entries = MAX_SUBMISSION_BYTES, 0
     todo = [(os.dup(src), os.dup(dst), 0)]
@@ -68,7 +71,7 @@ def _copy_checked(src: int, dst: int, owner: int) -> str | None:
         while todo:
             s, d, depth = todo.pop()
             try:
-                if os.fstat(s).st_uid != owner:
+                if os.fstat(s).st_uid != owner:  # (its ctime is read by the caller: moved)
                     return "a folder of another account"
                 for entry in sorted(os.listdir(s)):
                     entries += 1
@@ -80,6 +83,8 @@ def _copy_checked(src: int, dst: int, owner: int) -> str | None:
                     except OSError:
                         return f"{entry}: a link or special file"
                     st = os.fstat(child)
+                    if ctimes is not None:
+                        ctimes.append(st.st_ctime)
                     if stat.S_ISDIR(st.st_mode):
                         if depth >= MAX_DEPTH:
                             os.close(child)
@@ -122,7 +127,8 @@ def _copy_checked(src: int, dst: int, owner: int) -> str | None:
     return None
 
 
-def _vet(staging: int, key: str, name: str, copy: str, day: str) -> str | None:
+def _vet(staging: int, key: str, name: str, copy: str, day: str,
+         ctimes: list[float] | None = None) -> str | None:
     """Why the staged submission ``name`` (nbgrader's ``<student>+<day>+<timestamp>+<random>``
     folder, in the root-only folder open at ``staging``) is refused, or None once its checked
     copy is in ``copy`` there. Names are parsed as ``nbgrader collect`` parses them
@@ -152,7 +158,7 @@ def _vet(staging: int, key: str, name: str, copy: str, day: str) -> str | None:
         out = os.open(copy, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=staging)
         os.fchmod(out, 0o755)
         try:
-            why = _copy_checked(fd, out, uid)
+            why = _copy_checked(fd, out, uid, ctimes)
         finally:
             os.close(out)
         return None if why is None else f"{name}: {why}"
@@ -161,20 +167,25 @@ def _vet(staging: int, key: str, name: str, copy: str, day: str) -> str | None:
 
 
 def _file_one(name: str, day: str, inbound: int, staging: int, vetted_in: int,
-              quarantine: int, received: int) -> str | None:
+              quarantine: int, received: int, times: dict | None = None) -> str | None:
     """Stage, check and file one inbound entry (folders given as open descriptors); returns
     why it was refused, or None. Staged and kept originals get names of a fixed length
-    (any name a student can create fits), and ``<that name>.name`` records the original."""
+    (any name a student can create fits), and ``<that name>.name`` records the original.
+    ``times[(student, day)]`` gets, for an accepted one, when it reached the exchange: the
+    latest status change time of the entry (read before it is moved: creating or renaming it
+    into ``inbound`` sets it) and of everything in it. Unlike ``timestamp.txt`` and the name,
+    which the student writes, no student can set a status change time back."""
     import uuid
 
     key = uuid.uuid4().hex
     try:
+        arrived = [os.stat(name, dir_fd=inbound, follow_symlinks=False).st_ctime]
         os.rename(name, key, src_dir_fd=inbound, dst_dir_fd=staging)
     except FileNotFoundError:
         return None  # gone meanwhile
     copy = f"{key}.checked"
     try:
-        why = _vet(staging, key, name, copy, day)
+        why = _vet(staging, key, name, copy, day, arrived)
     except Exception as exc:  # noqa: BLE001 - this submission is refused, the others go on
         why = f"{name}: could not be checked ({type(exc).__name__})"
     if why is None:
@@ -183,6 +194,9 @@ def _file_one(name: str, day: str, inbound: int, staging: int, vetted_in: int,
             why = f"{name}: collected before under the same name"
         except FileNotFoundError:
             os.rename(copy, name, src_dir_fd=staging, dst_dir_fd=vetted_in)
+            if times is not None:
+                student = name.rsplit("+", 3)[0]
+                times[(student, day)] = max(times.get((student, day), 0.0), max(arrived))
     # The student's original is never collected; it is kept, root-only, for the
     # instructor: refused ones in quarantine/, the others in received/.
     keep = quarantine if why is not None else received
@@ -198,6 +212,32 @@ def _file_one(name: str, day: str, inbound: int, staging: int, vetted_in: int,
     except FileNotFoundError:
         pass
     return why
+
+
+def received_times(folder: Path) -> Path:
+    """Root's record of when each accepted submission reached the exchange:
+    ``received-times.json`` (``0600``), ``{student: {day: ISO time, UTC}}``, the latest per
+    student and day (what ``classroom grade`` passes to ``grade --submission-times``)."""
+    return folder / "received-times.json"
+
+
+def record_times(folder: Path, times: dict[tuple[str, str], float]) -> None:
+    """Merge ``times`` (epoch seconds) into :func:`received_times`, keeping the later."""
+    import datetime as dt
+    import json
+
+    path = received_times(folder)
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    for (student, day), t in sorted(times.items()):
+        iso = dt.datetime.fromtimestamp(t, dt.UTC).isoformat()
+        old = data.setdefault(student, {}).get(day)
+        if old is None or dt.datetime.fromisoformat(old) < dt.datetime.fromisoformat(iso):
+            data[student][day] = iso
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
 
 
 def vet_inbound(folder: Path, day: str) -> list[str]:
@@ -241,11 +281,13 @@ def vet_inbound(folder: Path, day: str) -> list[str]:
                           os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         fds.append(inbound)
         problems = []
+        times: dict[tuple[str, str], float] = {}
         for name in sorted(os.listdir(inbound)):
             if not fnmatch.fnmatchcase(name, f"*+{day}+*"):
                 continue
             try:
-                why = _file_one(name, day, inbound, staging, vetted_in, quarantine, received)
+                why = _file_one(name, day, inbound, staging, vetted_in, quarantine, received,
+                                times)
             except Exception as exc:  # noqa: BLE001 - one submission never stops the class
                 why = f"{name[:120]}: could not be filed ({type(exc).__name__}: {exc})"
             if why is not None:
@@ -254,6 +296,7 @@ def vet_inbound(folder: Path, day: str) -> list[str]:
             os.rmdir(run, dir_fd=fds[1])
         except OSError:
             pass  # something could not be filed: it stays in root-only staging/
+        record_times(folder, times)
         return problems
     finally:
         for fd in fds:

@@ -49,6 +49,8 @@ class Result:
     seconds: float = 0.0
     sandboxed: bool = False
     flags: list[str] = field(default_factory=list)  # tamper findings, truncated output...
+    submitted_at: str = ""  # ISO 8601, UTC (autograder.core.deadlines.submission_time)
+    time_source: str = ""   # classroom, nbgrader, lms, file; unreadable; "" when none
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -105,12 +107,17 @@ def submission_key(nb_path: Path | None, fingerprint: str) -> str:
 
 
 def write_csv(results: list[Result], days: list[str], path: Path,
-              accepted: set[tuple[str, str, str]] | None = None) -> None:
+              accepted: set[tuple[str, str, str]] | None = None, deadlines=None) -> None:
     """One row per student, one column per day (points), plus total and max.
 
     A ``tampered`` result pays 0 unless ``accepted`` holds its (student, day, key)
     (:mod:`autograder.core.acceptance`; ``python -m autograder accept``). An ``environment-error``
     (the grader's fault) leaves its cell empty, not graded yet: it neither pays nor costs.
+
+    With ``deadlines`` (:class:`autograder.core.deadlines.Deadlines`) each day's column is the
+    points after the late penalty, preceded by ``<day>_raw`` (before it), ``<day>_late_hours``
+    (0 on time, ``no-time`` when the submission has no trustworthy time: see
+    :func:`autograder.core.deadlines.assess`) and ``<day>_penalty``.
     """
     import csv
 
@@ -119,19 +126,46 @@ def write_csv(results: list[Result], days: list[str], path: Path,
     accepted = accepted or set()
     students = sorted({r.student for r in results})
     by_key = {(r.student, r.day): r for r in results}
+    header = ["student_id"]
+    for d in days:
+        header += [f"{d}_raw", f"{d}_late_hours", f"{d}_penalty", d] if deadlines else [d]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["student_id", *days, "total", "max_total"])
+        w.writerow([*header, "total", "max_total"])
         for s in students:
             row = [by_key.get((s, d)) for d in days]
             row = [None if r is not None and r.status == "environment-error" else r
                    for r in row]
-            w.writerow([s, *(f"{paid(r, accepted):g}" if r else "" for r in row),
-                        f"{sum(paid(r, accepted) for r in row if r):g}",
-                        f"{sum(r.max_score for r in row if r):g}"])
+            cells, total = [], 0.0
+            for r in row:
+                points = paid(r, accepted) if r else None
+                if deadlines is None:
+                    cells.append("" if r is None else f"{points:g}")
+                    total += points or 0.0
+                    continue
+                if r is None:
+                    cells += ["", "", "", ""]
+                    continue
+                late = late_of(r, deadlines, points)
+                hours = ("no-time" if late.flagged
+                         else f"{late.hours_late:.2f}" if late.hours_late else "0")
+                cells += [f"{points:g}", hours, f"{late.penalty:g}", f"{late.after:g}"]
+                total += late.after
+            w.writerow([s, *cells, f"{total:g}", f"{sum(r.max_score for r in row if r):g}"])
     os.replace(tmp, path)
+
+
+def late_of(result: Result, deadlines, points: float):
+    """:func:`autograder.core.deadlines.assess` for one result paying ``points``; a missing
+    notebook is never late (it earns nothing either way)."""
+    from autograder.core.deadlines import Late, assess
+
+    if result.status == "missing":
+        return Late(points, note="no submission")
+    return assess(deadlines, result.student, result.day, points, result.submitted_at,
+                  result.time_source)
 
 
 def load_results(results_dir: Path) -> list[Result]:

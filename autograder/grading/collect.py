@@ -13,10 +13,14 @@ name) then ``_<student_id>``, or ``<assignment>_<student_id>`` with one undersco
 else is ambiguous: reported and left ungraded. The day is read from the assignment part,
 else from the notebook's graded cells. Of several attempts of one student and day, the latest
 timestamp is kept (the others are reported); two with the same timestamp are both left out.
+The kept attempt's timestamp goes to ``timestamp.txt`` beside it (read as UTC), as nbgrader's
+``zip_collect`` does; a file without one keeps the zip entry's time as its modification time.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
 import re
 import shutil
 import zipfile
@@ -92,6 +96,11 @@ def unzip_submissions(zip_path: Path, out: Path, days: list[str],
             target.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst)
+            try:  # the entry's own time (the LMS's, read as UTC) is the file's time
+                stamp = datetime.datetime(*info.date_time, tzinfo=datetime.UTC).timestamp()
+                os.utime(target, (stamp, stamp))
+            except (ValueError, OverflowError, OSError):
+                pass
     subs = out / "submitted"
     subs.mkdir(parents=True, exist_ok=True)
     chosen: dict[tuple[str, str], tuple[str, Path, str]] = {}
@@ -135,6 +144,8 @@ def unzip_submissions(zip_path: Path, out: Path, days: list[str],
         dest = subs / student / day / Path(fname).name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(nb, dest)
+        if stamp:  # as nbgrader's zip_collect does: the attempt time is the submission's
+            (dest.parent / "timestamp.txt").write_text(stamp + "\n", encoding="utf-8")
     return subs
 
 

@@ -67,13 +67,23 @@ def _text_outputs(cell, limit: int = 3000) -> str:
     return text if len(text) <= limit else text[:limit] + "\n[... cut]"
 
 
-def render(result: Result, notebook: nbformat.NotebookNode | None) -> str:
-    """The feedback page of one result (HTML text)."""
+def render(result: Result, notebook: nbformat.NotebookNode | None, late=None) -> str:
+    """The feedback page of one result (HTML text); ``late``
+    (:class:`autograder.core.deadlines.Late`) adds when it was submitted and any penalty."""
     e = html.escape
     pct = 100 * result.score / result.max_score if result.max_score else 0.0
     body = [f"<h1>{e(result.day)}: feedback for {e(result.student)}</h1>",
             f"<p class=meta>Score <b>{result.score:g} / {result.max_score:g}</b> "
             f"({pct:.0f}%) &middot; status <b>{e(result.status)}</b></p>"]
+    if late is not None and late.note and result.status != "missing":
+        words = e(late.note[0].upper() + late.note[1:]) + "."
+        if late.penalty:
+            words += (f" Late penalty: <b>&minus;{late.penalty:g}</b> point(s); "
+                      f"<b>{late.after:g} / {result.max_score:g}</b> counted.")
+        elif late.flagged:
+            words = ("The time of this submission could not be established; your instructor "
+                     "will check it. No penalty was applied.")
+        body.append(f"<p class=status>{words}</p>")
     if result.status != "graded" or result.detail:
         body.append(f"<p class=status>{e(STATUS_TEXT.get(result.status, ''))} "
                     f"{e(result.detail[:600])}</p>")
@@ -116,8 +126,14 @@ def _test_box(t) -> str:
 
 
 def write_feedback(results_dir: Path, out_dir: Path, students: list[str] | None = None,
-                   days: list[str] | None = None) -> list[Path]:
-    """Write ``out_dir/<student>/<day>.html`` for every result under ``results_dir``."""
+                   days: list[str] | None = None, deadlines=None) -> list[Path]:
+    """Write ``out_dir/<student>/<day>.html`` for every result under ``results_dir``; with
+    ``deadlines``, each page says when it was submitted against its due date and any penalty
+    (the points accepted in ``accepted.json`` beside ``results_dir`` count)."""
+    from autograder.core import acceptance
+    from autograder.core.records import late_of
+
+    accepted = acceptance.load(Path(results_dir).parent / "accepted.json")
     written = []
     for path in sorted(Path(results_dir).glob("*/*.json")):
         result = Result.from_json(json.loads(path.read_text(encoding="utf-8")))
@@ -131,6 +147,8 @@ def write_feedback(results_dir: Path, out_dir: Path, students: list[str] | None 
             except Exception:  # noqa: BLE001 - feedback without the code is still feedback
                 nb = None
         target = Path(out_dir) / result.student / f"{result.day}.html"
-        _atomic_write_text(target, render(result, nb))
+        late = (late_of(result, deadlines, acceptance.paid(result, accepted))
+                if deadlines is not None else None)
+        _atomic_write_text(target, render(result, nb, late))
         written.append(target)
     return written

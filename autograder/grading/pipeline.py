@@ -142,6 +142,7 @@ def grade(
     collect_problems: list[str] | None = None,
     runner=None,
     secret: bytes | None = None,
+    vouched: dict | None = None,
 ) -> list[Result]:
     """Autograde every (student, day) under ``submissions``; never abort on one bad notebook.
 
@@ -160,16 +161,26 @@ def grade(
     (:class:`autograder.selfcheck.standby.Standby` grades in a kernel it started ahead of time).
     ``secret``: the key every hidden check's inputs are derived from, with each submission
     (default: :func:`grading_secret`, the grader's own, kept; ``selfcheck`` draws one per run).
+    ``vouched``: {(student, day): aware datetime} the course itself recorded (the classroom's
+    ``received-times.json``); each result records its submission's time and source
+    (:func:`autograder.core.deadlines.submission_time`), read by the host, never the kernel.
     """
+    from autograder.core.deadlines import submission_time
+
     days = resolve_days(root, days)
+    from_lms = False
     if work is None:
         if submissions.suffix == ".zip" and submissions.is_file():
+            from_lms = True
             from autograder.grading.collect import unzip_submissions
 
             tmp_subs = Path(tempfile.mkdtemp(prefix="tfs-unzip-"))
             submissions = unzip_submissions(submissions, tmp_subs, days, collect_problems)
         work = discover(submissions, days, students)
     days = sorted({d for _, d, _ in work})
+    vouched = vouched or {}
+    times = {(s, d): submission_time(p, vouched.get((s, d)), lms=from_lms)
+             for s, d, p in work}
     sandboxed = sandbox_mode(sandbox)
     settings = _settings(sandboxed, limits, tamper)
     hide = [str(Path(submissions).resolve())] if submissions else []
@@ -198,6 +209,9 @@ def grade(
                 except (ValueError, TypeError, KeyError):
                     prev = None
                 if prev and prev.key == key and prev.status != "environment-error":
+                    if (prev.submitted_at, prev.time_source) != times[(student, day)]:
+                        prev.submitted_at, prev.time_source = times[(student, day)]
+                        _atomic_write_json(old, prev.to_json())
                     results[(student, day)] = prev
                     if progress:
                         progress(prev)
@@ -209,6 +223,8 @@ def grade(
     def record(data: dict) -> Result:
         notebook = data.pop("_notebook", None)
         result = Result.from_json(data)
+        result.submitted_at, result.time_source = times.get((result.student, result.day),
+                                                            ("", ""))
         if results_dir is not None:
             if notebook is not None:
                 _atomic_write_text(results_dir / result.student / f"{result.day}.ipynb",
