@@ -1,6 +1,7 @@
 """Benchmark: plain ``nbgrader autograde`` against ``grade --jobs N`` on the same submissions.
 
     python -m autograder.benchmark [--students 8] [--days 1 2 3] [--jobs 2] [--no-sandbox]
+    python -m autograder.benchmark --students 200 --days 3 --dask [--plain-sample 16]
     python -m autograder.benchmark --selfcheck [--days 1 2 ... 14]
 
 Builds a synthetic cohort for Days 1-3 (each student/day is the reference solution, the blank
@@ -12,8 +13,13 @@ release notebook, or the reference with one mutant from the catalog, in turn), t
    works); its cached grading template (the counterpart of nbgrader's generated assignment)
    is made before the clock starts; worker start-up and kernels count.
 
-Prints submissions per minute for both, the ratio, and the CPU seconds per notebook each
-spent (the machine's busy CPU time during each run: keep the machine otherwise idle).
+Prints submissions per minute for both, the ratio, the CPU seconds per notebook each spent
+(the machine's busy CPU time during each run: keep the machine otherwise idle) and the peak
+memory in use above the idle machine's. ``--dask`` grades on a Dask cluster started here as an
+instructor would (``dask scheduler``; ``dask worker --nworkers JOBS --nthreads 1``; its
+start is not timed), ``--dask-scheduler ADDRESS`` on one already running; ``--local`` with
+either also times the local pool. For a cohort (``--students 200``), plain nbgrader grades
+``--plain-sample`` students (default 16) and its rate per notebook gives the ratio.
 ``--selfcheck`` instead times ``python -m autograder selfcheck`` of each day's answer key,
 as a learner runs it (its grading template made beforehand). Not a test: timings depend on the load.
 """
@@ -153,15 +159,119 @@ def _compare(root: Path, subs: Path, days: list[str], jobs: int, sandbox, result
         print(f"  differs {k}: per kernel {a} / forked {b}")
 
 
+class PeakMemory:
+    """The machine's peak memory in use (``MemTotal - MemAvailable``) above what was in use
+    when it started, sampled every 0.2 s in a thread: kernels, workers and servers alike."""
+
+    def __init__(self):
+        import threading
+
+        self.base = self.peak = self._used()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _used() -> int:
+        info = {}
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                info[key] = int(value.split()[0]) * 1024
+        return info["MemTotal"] - info["MemAvailable"]
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, self._used())
+
+    def stop(self) -> float:
+        """GiB above the start."""
+        self._stop.set()
+        self._thread.join()
+        return max(0, self.peak - self.base) / 2 ** 30
+
+
+def start_cluster(workers: int, folder: Path) -> tuple[str, list[subprocess.Popen]]:
+    """A Dask cluster on loopback as an instructor starts one: ``dask scheduler`` and
+    ``dask worker --nworkers N --nthreads 1``, separate processes; returns the scheduler's
+    address and the processes (stop them with :func:`stop_cluster`)."""
+    import json
+
+    dask = str(Path(sys.executable).parent / "dask")
+    file = folder / "scheduler.json"
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)]
+    deadline = time.monotonic() + 60
+    while not file.is_file():
+        if time.monotonic() > deadline:
+            stop_cluster(procs)
+            raise pipeline.PipelineError("the Dask scheduler did not start within 60 s")
+        time.sleep(0.2)
+    address = json.loads(file.read_text())["address"]
+    procs.append(subprocess.Popen(
+        [dask, "worker", "--scheduler-file", str(file), "--nworkers", str(workers),
+         "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
+         "--local-directory", str(folder / "dask-work")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+    from distributed import Client
+
+    with Client(address, timeout=60) as client:
+        client.wait_for_workers(workers, timeout=120)
+    return address, procs
+
+
+def stop_cluster(procs: list[subprocess.Popen]) -> None:
+    import signal
+
+    for p in reversed(procs):
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _timed_grade(label: str, n: int, root: Path, subs: Path, days: list[str], **kw):
+    """Grade and print one line of figures; returns (results, seconds)."""
+    memory = PeakMemory()
+    t0, cpu0 = time.monotonic(), cpu_seconds()
+    results = pipeline.grade(root, subs, days=days, resume=False, **kw)
+    took, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+    peak = memory.stop()
+    statuses: dict[str, int] = {}
+    for r in results:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    print(f"{label}: {took:.1f} s, {60 * n / took:.1f} submissions/min, {cpu / n:.2f} CPU s "
+          f"per notebook, peak memory +{peak:.2f} GiB; statuses {statuses}", flush=True)
+    return results, took
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.benchmark", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--students", type=int, default=8)
     ap.add_argument("--days", nargs="+", default=None,
                     help="days to use (default: 1 2 3 for grading, every day for --selfcheck)")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="local workers, or Dask workers with --dask (default 2)")
     ap.add_argument("--no-sandbox", action="store_true")
     ap.add_argument("--skip-plain", action="store_true")
+    ap.add_argument("--plain-sample", type=int, default=16, metavar="N",
+                    help="plain nbgrader grades at most N students (default 16); the ratio "
+                         "is taken per notebook")
+    ap.add_argument("--dask", action="store_true",
+                    help="grade on a Dask cluster started here (scheduler + --jobs workers)")
+    ap.add_argument("--dask-scheduler", metavar="ADDRESS",
+                    help="grade on this running Dask cluster")
+    ap.add_argument("--local", action="store_true",
+                    help="with --dask or --dask-scheduler: also time the local pool")
     ap.add_argument("--no-fork-server", action="store_true",
                     help="start every kernel in a sandbox of its own (as without root)")
     ap.add_argument("--compare", action="store_true",
@@ -187,37 +297,58 @@ def main(argv: list[str] | None = None) -> int:
         for _, _, k in made:
             kinds[k.split()[0]] = kinds.get(k.split()[0], 0) + 1
         print(f"{n} submissions ({', '.join(f'{v} {k}' for k, v in kinds.items())}) "
-              f"of {', '.join(days)}")
-        plain = None
+              f"of {', '.join(days)}; {os.cpu_count()} cores")
+        plain_rate = None   # seconds per notebook
         if not args.skip_plain:
+            sample = subs
+            m = n
+            if args.students > args.plain_sample:
+                sample = work / "plain-sample"
+                keep = sorted({s for s, _, _ in made})[:args.plain_sample]
+                for student in keep:
+                    shutil.copytree(subs / student, sample / student)
+                m = sum(1 for s, _, _ in made if s in keep)
             cpu0 = cpu_seconds()
-            plain = plain_nbgrader(root, days, subs, work)
+            plain = plain_nbgrader(root, days, sample, work)
             cpu = cpu_seconds() - cpu0
-            print(f"plain nbgrader autograde: {plain:.1f} s, {60 * n / plain:.1f} "
-                  f"submissions/min, {cpu / n:.2f} CPU s per notebook")
+            plain_rate = plain / m
+            print(f"plain nbgrader autograde ({m} notebooks): {plain:.1f} s, "
+                  f"{60 * m / plain:.1f} submissions/min, {cpu / m:.2f} CPU s per notebook",
+                  flush=True)
         sandbox = False if args.no_sandbox else "auto"
         # like nbgrader's generate_assignment above, the grading template is made once per
         # course version (cached), not per run: make it before the clock starts
         template.template_cache(root, days)
-        t0, cpu0 = time.monotonic(), cpu_seconds()
-        results = pipeline.grade(root, subs, days=days, jobs=args.jobs, sandbox=sandbox,
-                                 resume=False)
-        ours, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
         from autograder.sandbox import forkserver
 
         sb = "sandbox off"
-        if results and results[0].sandboxed:
-            forked = forkserver.wanted({"sandbox": True})
-            sb = "sandbox on, " + ("kernels forked from a server per worker" if forked
+        if sandbox and pipeline.sandbox_mode(sandbox):
+            sb = "sandbox on, " + ("kernels forked from a server per worker"
+                                   if forkserver.wanted({"sandbox": True})
                                    else "a sandbox per kernel")
-        statuses = {}
-        for r in results:
-            statuses[r.status] = statuses.get(r.status, 0) + 1
-        print(f"grade --jobs {args.jobs} ({sb}): {ours:.1f} s, {60 * n / ours:.1f} "
-              f"submissions/min, {cpu / n:.2f} CPU s per notebook; statuses {statuses}")
-        if plain:
-            print(f"ratio: {plain / ours:.2f}x plain nbgrader's throughput "
-                  f"(goal >= 3x on 2 cores)")
+        runs = []
+        if not (args.dask or args.dask_scheduler) or args.local:
+            results, took = _timed_grade(f"grade --jobs {args.jobs} ({sb})", n, root, subs,
+                                         days, jobs=args.jobs, sandbox=sandbox)
+            runs.append(("local pool", took))
+        if args.dask or args.dask_scheduler:
+            procs = []
+            address = args.dask_scheduler
+            if args.dask:
+                address, procs = start_cluster(args.jobs, work)
+            try:
+                label = (f"grade --dask-scheduler ({args.jobs} workers x 1 thread started "
+                         "here" if args.dask else f"grade --dask-scheduler {address}") \
+                    + f"; {sb})"
+                results, took = _timed_grade(label, n, root, subs, days, sandbox=sandbox,
+                                             dask_scheduler=address)
+                runs.append(("Dask", took))
+            finally:
+                stop_cluster(procs)
+        if plain_rate:
+            for name, took in runs:
+                print(f"ratio ({name}): {plain_rate * n / took:.2f}x plain nbgrader's "
+                      f"throughput")
         if args.compare:
             _compare(root, subs, days, args.jobs, sandbox, results)
     return 0

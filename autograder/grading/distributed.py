@@ -1,12 +1,17 @@
 """``grade --dask-scheduler ADDRESS``: one Dask task per submission.
 
-The course's grading template (source notebooks, gradebook) travels to
-the workers once as a compressed archive; each task carries its submission's bytes and runs
-the same sandboxed grading as a local worker, in a fresh ``python -m
-autograder.grading.distributed``
-process (a Dask worker is a daemon process and cannot own a process pool; a separate process
-also keeps a crash or a hang from taking the Dask worker down). Dask workers need the course
-installed (``pip install -e .``) and, for the sandbox, bubblewrap.
+The course's grading template (source notebooks, gradebook) travels to the workers once as a
+compressed archive; each task carries its submission's bytes and runs the same sandboxed
+grading as a local worker, in a grading process that the Dask worker keeps between tasks
+(:class:`_Grader`, ``python -m autograder.grading.distributed --serve``): like a local pool's
+worker it sets up its course folder once and keeps its fork server, with PyTorch imported,
+warm, so a cluster grades at the local pool's speed per core. A separate process because a
+Dask worker is a daemon and cannot own a process pool, and so that a crash or a hang never
+takes the Dask worker down: a grading process that dies is replaced and its job tried once
+more, one past the hard deadline is killed, and all of them stop with their worker
+(:class:`GraderPlugin`; each also watches its parent). A Dask worker that is lost mid-task has its
+task run again elsewhere by the scheduler; each submission still yields one result. Dask
+workers need the course installed (``pip install -e .``) and, for the sandbox, bubblewrap.
 """
 
 from __future__ import annotations
@@ -15,13 +20,17 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+from distributed.diagnostics.plugin import WorkerPlugin
 
 _CACHE: dict[str, Path] = {}
 
@@ -45,60 +54,195 @@ def _unpacked(blob: bytes) -> Path:
     return _CACHE[h]
 
 
+class _Grader:
+    """One long-lived grading process on this Dask worker: ``python -m
+    autograder.grading.distributed --serve BASE``, the local pool's worker
+    (:func:`autograder.grading.pool._worker_main`) behind a pipe: it sets up its course folder
+    once, keeps its fork server (PyTorch imported once, :mod:`autograder.sandbox.forkserver`)
+    warm, and grades one JSON job per line. It dies with its Dask worker (a thread watches
+    its parent) and when its standard input closes."""
+
+    def __init__(self, base: Path):
+        env = dict(os.environ)
+        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        log = open(base / f"grader-{os.getpid()}-{len(_ALL)}.log", "ab")  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autograder.grading.distributed", "--serve", str(base)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True, env=env)
+        finally:
+            log.close()
+        self.buffer = b""
+        _ALL.append(self)
+
+    def grade(self, job: dict, hard: float) -> dict:
+        """The job's result, or raise ``TimeoutError`` (past ``hard`` seconds) or
+        ``EOFError`` (the process died)."""
+        import selectors
+        import time
+
+        try:
+            self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise EOFError from None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + hard
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self.buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                if sel.select(timeout=min(left, 5.0)):
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        raise EOFError
+                    self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self, kill: bool = False) -> None:
+        if self in _ALL:
+            _ALL.remove(self)
+        try:
+            if kill:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+_ALL: list[_Grader] = []              # every grading process of this Dask worker
+_IDLE: dict[tuple[str, bool], list[_Grader]] = {}
+_LOCK = threading.Lock()
+
+
+def close_graders() -> None:
+    """Stop every grading process of this Dask worker (its plugin's teardown)."""
+    with _LOCK:
+        _IDLE.clear()
+        graders = list(_ALL)
+    for g in graders:
+        g.close()
+
+
+class GraderPlugin(WorkerPlugin):
+    """A Dask worker plugin: the worker's grading processes stop with the worker."""
+
+    name = "tfs-graders"
+
+    def setup(self, worker=None):
+        pass
+
+    def teardown(self, worker=None):
+        close_graders()
+
+
 def remote_grade(job: dict, blob: bytes) -> dict:
-    """A Dask task: grade one submission on this worker machine."""
+    """A Dask task: grade one submission on this worker machine, in a grading process kept
+    warm between tasks (:class:`_Grader`). A process that dies is replaced and the job
+    tried once more; one past the deadline is killed (status ``timeout``)."""
     from autograder.core.records import Result
 
     base = _unpacked(blob)
     job = dict(job)
     content = job.pop("content", None)
+    holder = None
     if content is not None:
-        sub = Path(tempfile.mkdtemp(prefix="sub-", dir=base)) / job["student"] / job["day"]
+        holder = Path(tempfile.mkdtemp(prefix="sub-", dir=base))
+        sub = holder / job["student"] / job["day"]
         sub.mkdir(parents=True)
         path = sub / Path(job["path"]).name
         path.write_bytes(content)
         job["path"] = str(path)
     hard = job["settings"]["limits"]["notebook_timeout"] + 240
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "autograder.grading.distributed", str(base)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    key = (str(base), bool(job["settings"].get("sandbox")))
     try:
-        out, _ = proc.communicate(json.dumps(job).encode(), timeout=hard)
-        return json.loads(out.decode().strip().splitlines()[-1])
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        why, status = f"grading took longer than {hard} s on the Dask worker", "timeout"
-    except (ValueError, IndexError):
-        why = f"the grading process on the Dask worker died (exit code {proc.returncode})"
-        status = "environment-error"
-    return Result(job["student"], job["day"], status, 0.0, job.get("total", 0.0),
-                  detail=why, key=job.get("key", "")).to_json()
+        for _attempt in range(2):
+            with _LOCK:
+                idle = _IDLE.setdefault(key, [])
+                grader = idle.pop() if idle else None
+            if grader is None:
+                grader = _Grader(base)
+            try:
+                data = grader.grade(job, hard)
+            except TimeoutError:
+                grader.close(kill=True)
+                why, status = (f"grading took longer than {hard} s on the Dask worker; its "
+                               "grading process was stopped", "timeout")
+                break
+            except EOFError:
+                code = grader.proc.poll()
+                grader.close(kill=True)
+                why, status = (f"the grading process on the Dask worker died (exit code "
+                               f"{code}) twice", "environment-error")
+                continue
+            with _LOCK:
+                _IDLE.setdefault(key, []).append(grader)
+            return data
+        return Result(job["student"], job["day"], status, 0.0, job.get("total", 0.0),
+                      detail=why, key=job.get("key", "")).to_json()
+    finally:
+        if holder is not None:
+            shutil.rmtree(holder, ignore_errors=True)
 
 
-def _child(base: str) -> None:
-    """``python -m autograder.grading.distributed BASE``: grade the job read from stdin."""
+def _serve(base: str) -> None:
+    """``python -m autograder.grading.distributed --serve BASE``: grade the jobs read from
+    stdin, one JSON per line, answering one JSON line each, until stdin closes."""
     from autograder.core.records import Result
     from autograder.grading import worker
 
-    job = json.loads(sys.stdin.read())
-    # One notebook per process: a fork server (autograder.sandbox.forkserver) would only add its
-    # start.
-    os.environ["TFS_FORK_SERVER"] = "0"
+    _die_with_parent()
     real_stdout = os.dup(1)
-    os.dup2(2, 1)  # nbgrader chatter must not mix with the answer
+    os.dup2(2, 1)  # nbgrader chatter must not mix with the answers
     course_root = Path(worker.__file__).resolve().parents[2]
-    worker._worker_setup(Path(base) / "template", course_root, Path(base),
-                         bool(job["settings"].get("sandbox")))
-    try:
-        data = worker.grade_one(job)
-    except Exception as exc:  # noqa: BLE001
-        data = Result(job["student"], job["day"], "environment-error", 0.0,
-                               job.get("total", 0.0), detail=f"{type(exc).__name__}: {exc}",
-                               key=job.get("key", "")).to_json()
-    os.write(real_stdout, (json.dumps(data) + "\n").encode())
+    ready = None
+    for line in sys.stdin:
+        job = json.loads(line)
+        sandbox = bool(job["settings"].get("sandbox"))
+        try:
+            if ready != sandbox:
+                worker._worker_setup(Path(base) / "template", course_root, Path(base), sandbox)
+                ready = sandbox
+            data = worker.grade_one(job)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the batch
+            data = Result(job["student"], job["day"], "environment-error", 0.0,
+                          job.get("total", 0.0), detail=f"{type(exc).__name__}: {exc}",
+                          key=job.get("key", "")).to_json()
+        os.write(real_stdout, (json.dumps(data) + "\n").encode())
+    # stdin closed: skip the interpreter's finalisation (about a second with PyTorch loaded)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _die_with_parent() -> None:
+    """End this process (and its process group) when the Dask worker that started it is
+    gone: a thread watches the parent's pid (``PR_SET_PDEATHSIG`` would follow the thread
+    that started the process, not the worker)."""
+    parent = os.getppid()
+
+    def watch():
+        import time
+
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="tfs-parent-watch").start()
 
 
 def grade_on_cluster(address: str, template: Path, todo: list[dict],
@@ -117,6 +261,7 @@ def grade_on_cluster(address: str, template: Path, todo: list[dict],
     except OSError as exc:
         raise PipelineError(f"cannot reach the Dask scheduler at {address}: {exc}") from exc
     try:
+        client.register_plugin(GraderPlugin(), name=GraderPlugin.name)
         blob = client.scatter(pack_template(template), broadcast=True)
         futures = {}
         for job in todo:
@@ -138,4 +283,7 @@ def grade_on_cluster(address: str, template: Path, todo: list[dict],
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    if sys.argv[1:2] == ["--serve"]:
+        _serve(sys.argv[2])
+    else:
+        sys.exit("usage: python -m autograder.grading.distributed --serve BASE")
