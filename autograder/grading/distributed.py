@@ -47,7 +47,13 @@ def pack_template(template: Path) -> bytes:
 def _unpacked(blob: bytes) -> Path:
     h = hashlib.sha256(blob).hexdigest()[:16]
     if h not in _CACHE or not _CACHE[h].is_dir():
-        d = Path(tempfile.mkdtemp(prefix=f"tfs-dask-{h}-"))
+        try:  # inside the worker's own folder, which Dask removes (a killed one's, later)
+            from distributed import get_worker
+
+            parent = get_worker().local_directory
+        except ValueError:
+            parent = None
+        d = Path(tempfile.mkdtemp(prefix=f"tfs-dask-{h}-", dir=parent))
         with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
             tar.extractall(d / "template", filter="data")
         _CACHE[h] = d
@@ -140,7 +146,8 @@ def close_graders() -> None:
 
 
 class GraderPlugin(WorkerPlugin):
-    """A Dask worker plugin: the worker's grading processes stop with the worker."""
+    """A Dask worker plugin: the worker's grading processes stop with the worker, and its
+    unpacked grading templates are removed."""
 
     name = "tfs-graders"
 
@@ -149,6 +156,9 @@ class GraderPlugin(WorkerPlugin):
 
     def teardown(self, worker=None):
         close_graders()
+        for folder in list(_CACHE.values()):  # the unpacked templates and their kernels' work
+            shutil.rmtree(folder, ignore_errors=True)
+        _CACHE.clear()
 
 
 def remote_grade(job: dict, blob: bytes) -> dict:
