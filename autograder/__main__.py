@@ -8,6 +8,7 @@ Commands:
     accept S D   show a tampered submission's evidence; --yes pays its points in grades.csv
     feedback     HTML feedback per student and day (after grade)
     report       class report: score distributions, pass rates, frequent diagnoses
+    export       the grades in an LMS's import layout (Canvas, Moodle, CSV), through its roster
     verify       prove the hidden tests: reference 100%, blank 0, every mutant caught
     demo         grade the reference solutions and the blank release notebooks of every day
     fetch-data   fetch and verify the course's datasets into the cache (grade, verify and demo
@@ -180,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autograder.grade_commands import add_grading_commands
     add_grading_commands(sub, _add_common)
+    from autograder.cohort.export import add_export_command
+    add_export_command(sub, _add_common)
 
     p = sub.add_parser("verify", help="reference 100%%, blank 0, every mutant caught")
     _add_common(p)

@@ -17,8 +17,16 @@ from autograder.core.records import Result
 from autograder.grading.worker import _worker_setup, grade_one
 
 
-def _worker_main(conn, template: str, course_root: str, base: str, sandbox: bool) -> None:
-    """A grading process: set up once, then grade jobs sent over ``conn`` until None."""
+def _worker_main(conn, template: str, course_root: str, base: str, sandbox: bool,
+                 threads: int = 1) -> None:
+    """A grading process: set up once, then grade jobs sent over ``conn`` until None.
+
+    Its kernels (and its own PyTorch) use ``threads`` threads unless the instructor set
+    ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``: with one kernel per core, PyTorch's default of
+    one thread per core would have every kernel's OpenMP threads spin against the others'
+    (measured: twice the CPU per notebook; Dask workers set 1 for the same reason)."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(threads))
     log = os.open(Path(base) / f"worker-{os.getpid()}.log",
                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 2)
@@ -73,7 +81,8 @@ class _Pool:
         import multiprocessing
 
         self.ctx = multiprocessing.get_context("spawn")
-        self.args = (str(template), str(course_root), str(base), sandbox)
+        self.args = (str(template), str(course_root), str(base), sandbox,
+                     max(1, (os.cpu_count() or 1) // n))
         self.hard_timeout = hard_timeout
         self.failed_starts = 0
         self.workers: list[dict] = [self._spawn() for _ in range(n)]
