@@ -16,7 +16,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lab build verify check-sync lint clean classroom python
+.PHONY: demo test lab build verify check-sync lint clean classroom python site
 
 # Says which Python the venv is made with, or what to install when there is none.
 python:
@@ -52,6 +52,18 @@ test: $(STAMP)
 # Ctrl-C stops it, or `python -m autograder classroom stop` from another shell.
 classroom: $(STAMP)
 	$(PY) -m autograder classroom start $(CLASSROOM_ARGS)
+
+# The course as a static website in site/_build/html: the home page, the 14 days of release/
+# (shown as the learner gets them, never run), docs/, the course's figures; offline, with MathJax
+# from npm (site/package-lock.json). SITE_REPO_URL=https://github.com/ORG/REPO/blob/main links each
+# day to its notebook in the repository (unset: to the copy the site serves). See site/build.py.
+site: $(STAMP) site/node_modules/.package-lock.json
+	$(PY) site/build.py
+
+site/node_modules/.package-lock.json: site/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "error: make site needs npm for MathJax" \
+	  "(Debian/Ubuntu: apt-get install nodejs npm)" >&2; exit 1; }
+	cd site && npm ci --no-audit --no-fund
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=release

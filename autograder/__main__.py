@@ -8,6 +8,7 @@ Commands:
     accept S D   show a tampered submission's evidence; --yes pays its points in grades.csv
     feedback     HTML feedback per student and day (after grade)
     report       class report: score distributions, pass rates, frequent diagnoses
+    similarity S pairs of submissions whose own code is alike, ranked, with a side-by-side report
     export       the grades in an LMS's import layout (Canvas, Moodle, CSV), through its roster
     verify       prove the hidden tests: reference 100%, blank 0, every mutant caught
     demo         grade the reference solutions and the blank release notebooks of every day
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     add_grading_commands(sub, _add_common)
     from autograder.cohort.export import add_export_command
     add_export_command(sub, _add_common)
+    from autograder.cohort.similarity import add_similarity_command
+    add_similarity_command(sub, _add_common)
 
     p = sub.add_parser("verify", help="reference 100%%, blank 0, every mutant caught")
     _add_common(p)

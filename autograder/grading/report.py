@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -153,6 +154,17 @@ def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
     return figs
 
 
+def _similarity_link(results_dir: Path, out_dir: Path) -> str:
+    """A link to ``<grading>/similarity/similarity.html`` (written by ``python -m autograder
+    similarity --output <grading>``) when it exists, else ``""``."""
+    page = Path(results_dir).parent / "similarity" / "similarity.html"
+    if not page.is_file():
+        return ""
+    href = Path(os.path.relpath(page.resolve(), Path(out_dir).resolve())).as_posix()
+    return (f"<p><a href='{html.escape(href)}'>Similar submissions</a> (pairs whose own code "
+            "is alike, ranked; grades unchanged)</p>")
+
+
 def write_report(results_dir: Path, out_dir: Path) -> Path:
     """Write ``out_dir/report.html`` (+ PNGs and summary.json); returns the HTML path."""
     out_dir = Path(out_dir)
@@ -176,6 +188,7 @@ def write_report(results_dir: Path, out_dir: Path) -> Path:
             "td,th{border:1px solid #ddd;padding:.25rem .5rem}img{max-width:100%}</style>"
             "</head><body>",
             f"<h1>Class report</h1><p>{summary['n']} results from {e(str(results_dir))}.</p>",
+            _similarity_link(results_dir, out_dir),
             "<h2>Statuses</h2><table><tr><th>day</th>"
             + "".join(f"<th>{s}</th>" for s in STATUSES) + "</tr>" + "".join(rows)
             + "</table>"]
