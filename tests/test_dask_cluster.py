@@ -5,10 +5,8 @@ killed mid-batch."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,39 +45,13 @@ def _summary(results) -> dict:
 
 @pytest.fixture
 def cluster(tmp_path):
-    dask = Path(sys.executable).parent / "dask"
-    file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)]
-    try:
-        deadline = time.monotonic() + 60
-        while not file.is_file() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(file.read_text())["address"]
-        procs.append(subprocess.Popen(
-            [str(dask), "worker", "--scheduler-file", str(file), "--nworkers", "2",
-             "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1",
-             "--local-directory", str(tmp_path / "dask-work")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        from distributed import Client
+    from autograder.benchmark import start_cluster, stop_cluster
 
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=90)
+    address, procs = start_cluster(2, tmp_path)
+    try:
         yield address
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except OSError:
-                pass
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_cluster(procs)
 
 
 @pytest.mark.slow
