@@ -3,6 +3,7 @@
     python -m autograder.benchmark [--students 8] [--days 1 2 3] [--jobs 2] [--no-sandbox]
     python -m autograder.benchmark --students 200 --days 3 --dask [--plain-sample 16]
     python -m autograder.benchmark --selfcheck [--days 1 2 ... 14]
+    ... --record docs/benchmark-record.md   (also append the figures to the course's record)
 
 Builds a synthetic cohort for Days 1-3 (each student/day is the reference solution, the blank
 release notebook, or the reference with one mutant from the catalog, in turn), then times
@@ -21,7 +22,8 @@ start is not timed), ``--dask-scheduler ADDRESS`` on one already running; ``--lo
 either also times the local pool. For a cohort (``--students 200``), plain nbgrader grades
 ``--plain-sample`` students (default 16) and its rate per notebook gives the ratio.
 ``--selfcheck`` instead times ``python -m autograder selfcheck`` of each day's answer key,
-as a learner runs it (its grading template made beforehand). Not a test: timings depend on the load.
+as a learner runs it, with and without the warm helper (its grading template made
+beforehand). Not a test: timings depend on the load.
 """
 
 from __future__ import annotations
@@ -95,41 +97,47 @@ def cpu_seconds() -> float:
 
 
 def selfcheck_times(root: Path, days: list[str]) -> None:
-    """Wall seconds of a self-check of each day's answer key, both ways a learner runs one:
-    ``python -m autograder selfcheck`` (cold), and the notebook's button, whose standby
-    (``selfcheck --standby``) is ready before the click: from "go" to the report's last line."""
-    from autograder.selfcheck.standby import READY, SENTINEL
+    """Wall seconds of ``python -m autograder selfcheck`` of each day's answer key, as a
+    learner runs it: in the command's own process (``--no-helper``, what every run cost before
+    the helper), then through the warm helper (:mod:`autograder.selfcheck.helper`): its first
+    run (the helper has no standby for the notebook yet) and the next one, once the standby
+    the helper started after the first is ready. The helper is private to this benchmark and
+    stopped at the end."""
+    from autograder.selfcheck import helper
 
-    for day in days:
-        template.template_cache(root, [day])
-        nb = root / "solutions" / day / pipeline.notebook_name(day)
+    folder = Path(tempfile.mkdtemp(prefix="tfs-bench-h-", dir="/tmp"))
+    env = dict(os.environ, TFS_SELFCHECK_DIR=str(folder), TFS_SELFCHECK_HELPER="1")
+
+    def run(nb: Path, *extra: str) -> tuple[float, str]:
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "autograder", "selfcheck", str(nb),
-                              "--no-save"], cwd=root, capture_output=True, text=True)
-        cold = time.monotonic() - t0
-        last = (out.stdout.strip().splitlines() or ["(no output)"])[-1]
-        proc = subprocess.Popen([sys.executable, "-m", "autograder", "selfcheck", "--standby",
-                                 "--no-save", str(nb)], cwd=root, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdin is not None and proc.stdout is not None
-        t_start = time.monotonic()
-        ready = proc.stdout.readline().strip() == READY.strip()
-        t_ready = time.monotonic()
-        time.sleep(1.0)              # the standby's own start-up has settled (as after a Run All)
-        t0 = time.monotonic()
-        proc.stdin.write("go\n")
-        proc.stdin.close()
-        warm, report = None, []
-        for line in proc.stdout:
-            if line.startswith(SENTINEL):
-                warm = time.monotonic() - t0
-                break
-            report.append(line)
-        proc.wait()
-        warm_text = f"{warm:.1f} s" if warm is not None and ready else "failed"
-        total = next((x.strip() for x in reversed(report) if x.startswith("Total")), "")
-        print(f"selfcheck {day}: cold {cold:.1f} s  ({last}); button {warm_text} "
-              f"(standby ready {t_ready - t_start:.1f} s before; {total[:40]})", flush=True)
+        out = subprocess.run([sys.executable, "-m", "autograder", "selfcheck", "--no-save",
+                              *extra, str(nb)], cwd=root, capture_output=True, text=True,
+                             env=env)
+        took = time.monotonic() - t0
+        total = next((x for x in reversed(out.stdout.splitlines()) if x.startswith("Total")),
+                     "(no report)")
+        return took, total.split(";")[0]
+
+    try:
+        for day in days:
+            template.template_cache(root, [day])
+            nb = root / "solutions" / day / pipeline.notebook_name(day)
+            cold, total = run(nb, "--no-helper")
+            first, _ = run(nb)
+            time.sleep(8.0)          # the standby started after the first run gets ready
+            warm, warm_total = run(nb)
+            same = "" if warm_total == total else f" (helper: {warm_total})"
+            print(f"selfcheck {day}: own process {cold:.1f} s; helper, first run {first:.1f} "
+                  f"s, next run {warm:.1f} s  ({total}{same})", flush=True)
+    finally:
+        old = os.environ.copy()
+        os.environ.update(env)
+        try:
+            helper.stop(folder)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _compare(root: Path, subs: Path, days: list[str], jobs: int, sandbox, results) -> None:
@@ -278,7 +286,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="grade again with a sandbox per kernel and compare every result")
     ap.add_argument("--selfcheck", action="store_true",
                     help="time the self-check of each day's answer key instead")
+    ap.add_argument("--record", type=Path, metavar="FILE",
+                    help="also append the figures, the command and the machine to FILE (the "
+                         "course's record: docs/benchmark-record.md)")
     args = ap.parse_args(argv)
+    if args.record:
+        from autograder.benchmark_record import recorded
+
+        return recorded(main, args.record, argv if argv is not None else sys.argv[1:])
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     root = pipeline.find_root()

@@ -11,6 +11,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# `selfcheck` commands in tests grade in their own process unless a test turns the warm helper
+# on (tests/test_selfcheck_helper.py), so that no helper outlives the tests.
+os.environ.setdefault("TFS_SELFCHECK_HELPER", "0")
+
 # nbgrader runs `alembic` and Jupyter kernels from PATH: use this interpreter's.
 _bindir = str(Path(sys.executable).parent)
 if os.environ.get("PATH", "").split(os.pathsep)[0] != _bindir:

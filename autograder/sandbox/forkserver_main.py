@@ -40,9 +40,15 @@ import socket
 import sys
 import time
 
-PREIMPORT = ("torch", "numpy", "ipykernel.kernelapp", "ipykernel.ipkernel",
-             "IPython.core.interactiveshell", "matplotlib", "matplotlib.figure",
-             "matplotlib.backends.backend_agg")
+PREIMPORT = ("torch", "torch.nn", "torch.nn.functional", "numpy", "ipykernel.kernelapp",
+             "ipykernel.ipkernel", "IPython.core.interactiveshell", "matplotlib",
+             "matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.pyplot",
+             "ipywidgets", "tqdm.auto",
+             # pulled in by the first model run on the meta device (course.device): ~0.5 CPU s
+             "torch._dynamo",
+             # the course's helpers that every day's first cells import
+             "course.checking", "course.widgets", "course.plots", "course.training",
+             "course.textgen")
 WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 MAX_MSG = 1 << 16
 MAX_FILES = 50_000

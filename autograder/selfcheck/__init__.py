@@ -2,7 +2,8 @@
 
 Package: :mod:`~autograder.selfcheck.check` grades one notebook exactly as ``grade`` does and
 prints the report; :mod:`~autograder.selfcheck.standby` starts it ahead of time for the
-notebook's Self-check button. It may import :mod:`autograder.grading` (and what that may),
+notebook's Self-check button; :mod:`~autograder.selfcheck.helper` keeps standbys warm for the
+command line. It may import :mod:`autograder.grading` (and what that may),
 :mod:`autograder.core` and :mod:`course`; nothing above it imports it but the CLI.
 """
 
@@ -36,6 +37,12 @@ def _cmd_selfcheck(args) -> int:
         with contextlib.suppress(OSError):     # serve() may have closed stdout already
             sys.stdout.flush()
         os._exit(code)           # skip the interpreter's finalisation (PyTorch is loaded)
+    if not args.no_helper:
+        from autograder.selfcheck import helper
+
+        code = helper.check(args.notebook, root=args.root, save=not args.no_save)
+        if code is not None:
+            return code
     return exit_status(selfcheck(args.notebook, root=args.root, save=not args.no_save))
 
 
@@ -52,6 +59,9 @@ def add_learner_commands(sub, add_common) -> None:
     p.add_argument("notebook", type=Path, help="e.g. release/day04_multi_head_attention/"
                    "day04_multi_head_attention.ipynb")
     p.add_argument("--no-save", action="store_true", help="do not record the points")
+    p.add_argument("--no-helper", action="store_true",
+                   help="grade in this process, not in the warm helper that the first "
+                        "self-check of a login starts (also: TFS_SELFCHECK_HELPER=0)")
     p.add_argument("--standby", action="store_true",
                    help="get ready now, grade when 'go' arrives on stdin (the notebook's "
                         "Self-check button starts one ahead of time)")
