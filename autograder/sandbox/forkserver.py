@@ -43,21 +43,41 @@ from autograder.sandbox.cgroups import _cgroup_oom, _join_cgroup, _remove_cgroup
 from autograder.sandbox.kernel_files import KERNEL_ARGS, read_capped
 
 MAX_MSG = 1 << 16
-CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE",
-        "CAP_SETPCAP")
+CAPS = (
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_KILL",
+    "CAP_CHOWN",
+    "CAP_FOWNER",
+    "CAP_DAC_OVERRIDE",
+    "CAP_SETPCAP",
+)
 # Variables the server's interpreter reads when it starts; a kernel that needs other values
 # gets a new server. The rest of a kernel's environment is its own (set after the fork).
-START_ENV = ("PATH", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "MALLOC_ARENA_MAX",
-             "MPLBACKEND", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TZ")
+START_ENV = (
+    "PATH",
+    "LANG",
+    "PYTHONPATH",
+    "PYTHONDONTWRITEBYTECODE",
+    "MALLOC_ARENA_MAX",
+    "MPLBACKEND",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "TZ",
+)
 _SERVER: ForkServer | None = None
-_KERNELS = itertools.count(1)     # kernels this worker has forked, across its servers
-_NEXT: tuple | None = None      # (server, spec) of the kernel the worker is about to start
+_KERNELS = itertools.count(1)  # kernels this worker has forked, across its servers
+_NEXT: tuple | None = None  # (server, spec) of the kernel the worker is about to start
 
 
 def wanted(settings: dict) -> bool:
     """Whether kernels of these settings are forked from a server: sandboxed, root grader."""
-    return bool(settings.get("sandbox")) and os.geteuid() == 0 and \
-        os.environ.get("TFS_FORK_SERVER", "1") != "0"
+    return (
+        bool(settings.get("sandbox"))
+        and os.geteuid() == 0
+        and os.environ.get("TFS_FORK_SERVER", "1") != "0"
+    )
 
 
 class ForkServerError(RuntimeError):
@@ -70,13 +90,20 @@ class ForkServer:
     def __init__(self, spec: sandbox.Spec, python: str, log: Path):
         self.key = _sandbox_key(spec, python)
         self.busy: ForkedKernel | None = None
+        self.cleaning: ForkedKernel | None = None  # exited; its sandbox not yet said clean
         bw = sandbox.bwrap_path()
         if bw is None:
             raise ForkServerError("bubblewrap vanished; refusing to run kernels unsandboxed")
         self.ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe()
-        box = sandbox.Spec(sandbox=True, limits=spec.limits, private=spec.private, hide=spec.hide,
-                           ro_bind=spec.ro_bind, env=_start_env(spec))
+        box = sandbox.Spec(
+            sandbox=True,
+            limits=spec.limits,
+            private=spec.private,
+            hide=spec.hide,
+            ro_bind=spec.ro_bind,
+            env=_start_env(spec),
+        )
         filt = seccomp.program_fd()
         argv = sandbox.bwrap_argv(box, bw, as_root=True, caps=CAPS, seccomp_fd=filt)
         source = (Path(__file__).with_name("forkserver_main.py")).read_text()
@@ -84,9 +111,13 @@ class ForkServer:
         logfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=logfd, stderr=logfd,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logfd,
+                stderr=logfd,
                 pass_fds=(theirs.fileno(), info_w, *([filt] if filt is not None else [])),
-                env={"PATH": "/usr/bin:/bin"})
+                env={"PATH": "/usr/bin:/bin"},
+            )
         finally:
             if filt is not None:
                 os.close(filt)
@@ -102,9 +133,10 @@ class ForkServer:
                 raise ForkServerError(ready.get("error") or "no ready message")
         except (ValueError, KeyError, UnicodeDecodeError, OSError, ForkServerError) as exc:
             self.close()
-            raise ForkServerError(f"the fork server did not start: {exc}; its log: "
-                                  + read_capped(log, 2000, tail=True).decode("utf-8", "replace")
-                                  ) from None
+            raise ForkServerError(
+                f"the fork server did not start: {exc}; its log: "
+                + read_capped(log, 2000, tail=True).decode("utf-8", "replace")
+            ) from None
 
     # ------------------------------------------------------------------ messages
     def _recv(self, timeout: float | None) -> dict:
@@ -123,9 +155,29 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None and self.busy is None
 
+    def settle(self, timeout: float = 30) -> bool:
+        """Wait for the server's ``clean`` after the last kernel's exit (it cleans while the
+        host scores); False, with the server closed, when it could not clean the sandbox."""
+        kernel, self.cleaning = self.cleaning, None
+        if kernel is None:
+            return self.alive()
+        try:
+            msg = self._recv(timeout)
+        except (OSError, ValueError, ForkServerError):
+            msg = {}
+        # Every process of the kernel is gone now: its cgroups can go.
+        _remove_cgroups(kernel.groups)
+        if msg.get("clean") is not True:
+            self.close()
+            return False
+        return self.alive()
+
     def close(self) -> None:
-        if self.busy is not None:     # its kernel dies with the sandbox: let go of it
+        if self.busy is not None:  # its kernel dies with the sandbox: let go of it
             self.busy.abandon()
+        if self.cleaning is not None:
+            _remove_cgroups(self.cleaning.groups)
+            self.cleaning = None
         try:
             self.ctrl.close()
         except OSError:
@@ -141,7 +193,7 @@ class ForkServer:
     def spawn(self, spec: sandbox.Spec, connection_file: str) -> ForkedKernel:
         """Fork one kernel with ``spec``'s environment and limits, speaking through the
         connection ``connection_file`` (its sockets inside the sandbox)."""
-        if not self.alive():
+        if not self.settle():
             raise ForkServerError("the fork server is not ready for a kernel")
         private = Path(spec.private)
         info = json.loads(Path(connection_file).read_text())
@@ -150,23 +202,35 @@ class ForkServer:
         conn = f"{sandbox.INNER_KERNEL}/connection.json"
         startup_dir = f"{sandbox.INNER_IPYTHON}/profile_default/startup"
         startup = read_capped(Path(spec.startup), 1 << 15).decode() if spec.startup else ""
-        req = {"uid": uid, "env": spec.env, "rlimits": sandbox.rlimits(spec.limits),
-               "cwd": sandbox.INNER_WORK,
-               "argv": ["-c", "-f", conn, *KERNEL_ARGS],
-               "folders": [sandbox.INNER_HOME, sandbox.INNER_WORK, sandbox.INNER_KERNEL,
-                           sandbox.INNER_IPYTHON, f"{sandbox.INNER_IPYTHON}/profile_default",
-                           startup_dir],
-               "files": {conn: json.dumps(info),
-                         **({f"{startup_dir}/{sandbox.STARTUP_NAME}": startup}
-                            if startup else {})}}
-        log = os.open(private / "kernel.log",
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        req = {
+            "uid": uid,
+            "env": spec.env,
+            "rlimits": sandbox.rlimits(spec.limits),
+            "cwd": sandbox.INNER_WORK,
+            "argv": ["-c", "-f", conn, *KERNEL_ARGS],
+            "folders": [
+                sandbox.INNER_HOME,
+                sandbox.INNER_WORK,
+                sandbox.INNER_KERNEL,
+                sandbox.INNER_IPYTHON,
+                f"{sandbox.INNER_IPYTHON}/profile_default",
+                startup_dir,
+            ],
+            "files": {
+                conn: json.dumps(info),
+                **({f"{startup_dir}/{sandbox.STARTUP_NAME}": startup} if startup else {}),
+            },
+        }
+        log = os.open(
+            private / "kernel.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600
+        )
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         pidfd = None
         try:
-            socket.send_fds(self.ctrl, [json.dumps({"spawn": req}).encode()],
-                            [log, theirs.fileno()])
+            socket.send_fds(
+                self.ctrl, [json.dumps({"spawn": req}).encode()], [log, theirs.fileno()]
+            )
             os.close(log)
             log = None
             theirs.close()
@@ -207,15 +271,15 @@ class ForkedKernel:
         self.returncode: int | None = None
         self.cpu_seconds: float | None = None
 
-    def poll(self) -> int | None:
+    def poll(self, timeout: float = 0) -> int | None:
         if self.returncode is not None:
             return self.returncode
         try:
-            msg = self.server._recv(0)
+            msg = self.server._recv(timeout)
         except (TimeoutError, BlockingIOError):
             return None
         except (OSError, ValueError, ForkServerError):
-            msg = {"exited": 128 + signal.SIGKILL, "clean": False}
+            msg = {"exited": 128 + signal.SIGKILL, "gone": True}
         self._finish(msg)
         return self.returncode
 
@@ -224,14 +288,19 @@ class ForkedKernel:
         self.returncode = int(code) if isinstance(code, int) else 1
         # the kernel's own CPU seconds (not its children's), as the server's wait4 saw them
         self.cpu_seconds = float(cpu) if isinstance(cpu, (int, float)) else None
-        sandbox._write_json(self.private / "exit.json",
-                            {"code": self.returncode, "oom": _cgroup_oom(self.groups),
-                             "cpu": self.cpu_seconds})
-        _remove_cgroups(self.groups)
+        sandbox._write_json(
+            self.private / "exit.json",
+            {"code": self.returncode, "oom": _cgroup_oom(self.groups), "cpu": self.cpu_seconds},
+        )
         os.close(self.pidfd)
         self.server.busy = None
-        if msg.get("clean") is not True:
+        if "exited" not in msg or msg.get("gone"):  # no server, or a message out of turn
+            _remove_cgroups(self.groups)
             self.server.close()
+        else:
+            # The server now kills what the kernel left and cleans; settle() waits for that
+            # (and removes the cgroups) before the next kernel.
+            self.server.cleaning = self
 
     def abandon(self) -> None:
         """The server is going away before it said this kernel exited (it was too slow to
@@ -259,6 +328,9 @@ class ForkedKernel:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+        # The server says "exited" within milliseconds: waiting for it here spares the
+        # 0.1 s polling loop of jupyter_client's shutdown.
+        self.poll(timeout=2)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -271,7 +343,7 @@ def prepare(spec: sandbox.Spec, python: str, log: Path) -> None:
     """Make a server ready for a kernel of ``spec`` (reusing this worker's when it fits) and
     name it for the next kernel the worker starts (:func:`current`)."""
     global _SERVER, _NEXT
-    if _SERVER is not None and (_SERVER.key != _sandbox_key(spec, python) or not _SERVER.alive()):
+    if _SERVER is not None and (_SERVER.key != _sandbox_key(spec, python) or not _SERVER.settle()):
         _SERVER.close()
         _SERVER = None
     if _SERVER is None:
@@ -315,8 +387,17 @@ def _start_env(spec: sandbox.Spec) -> dict:
 
 def _sandbox_key(spec: sandbox.Spec, python: str) -> str:
     """What a server's sandbox is made of: a kernel whose key differs needs another server."""
-    return json.dumps([python, spec.hide, spec.ro_bind, _start_env(spec),
-                       spec.limits.get("disk"), spec.limits.get("shm")], sort_keys=True)
+    return json.dumps(
+        [
+            python,
+            spec.hide,
+            spec.ro_bind,
+            _start_env(spec),
+            spec.limits.get("disk"),
+            spec.limits.get("shm"),
+        ],
+        sort_keys=True,
+    )
 
 
 def _peer_pid(sock: socket.socket, timeout: float) -> int:

@@ -19,8 +19,10 @@ the control socket:
    init, waits until none is left, removes everything the kernel could write (``/tmp`` but the
    read-only binds, ``/var/tmp``, ``/dev/shm``) and checks that no System V IPC object, and
    nothing in the shared network namespace (sockets, TIME_WAIT entries, flow labels) is left;
-   then says ``exited`` with the status, and whether the sandbox is clean. If it is not (or if
-   the kernel left more than ``MAX_FILES`` files), it exits and the host starts a new sandbox.
+   it says ``exited`` with the status as soon as the kernel is gone (the host scores the
+   notebook meanwhile), then ``clean`` once the sandbox is, before it reads the next request.
+   If it is not clean (or the kernel left more than ``MAX_FILES`` files), it exits and the host
+   starts a new sandbox.
 
 Kernels forked from one server share its memory layout and hash seed (fork semantics): the
 server must never hash or parse anything a kernel chose. It reads nothing a kernel wrote.
@@ -40,15 +42,29 @@ import socket
 import sys
 import time
 
-PREIMPORT = ("torch", "torch.nn", "torch.nn.functional", "numpy", "ipykernel.kernelapp",
-             "ipykernel.ipkernel", "IPython.core.interactiveshell", "matplotlib",
-             "matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.pyplot",
-             "ipywidgets", "tqdm.auto",
-             # pulled in by the first model run on the meta device (course.device): ~0.5 CPU s
-             "torch._dynamo",
-             # the course's helpers that every day's first cells import
-             "course.checking", "course.widgets", "course.plots", "course.training",
-             "course.textgen")
+PREIMPORT = (
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "numpy",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "IPython.core.interactiveshell",
+    "matplotlib",
+    "matplotlib.figure",
+    "matplotlib.backends.backend_agg",
+    "matplotlib.pyplot",
+    "ipywidgets",
+    "tqdm.auto",
+    # pulled in by the first model run on the meta device (course.device): ~0.5 CPU s
+    "torch._dynamo",
+    # the course's helpers that every day's first cells import
+    "course.checking",
+    "course.widgets",
+    "course.plots",
+    "course.training",
+    "course.textgen",
+)
 WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 MAX_MSG = 1 << 16
 MAX_FILES = 50_000
@@ -68,7 +84,7 @@ def read_only_binds():
         for line in f:
             point = line.split()[4]
             if point.startswith("/tmp/"):
-                keep.add(point[len("/tmp/"):].split("/")[0])
+                keep.add(point[len("/tmp/") :].split("/")[0])
     return keep
 
 
@@ -99,8 +115,17 @@ def network_used():
     """Whether any socket, TIME_WAIT entry or flow label is left in the sandbox's network
     namespace, which every kernel of this server shares (a kernel's ports, or a kernel that
     holds every port for a minute, would reach the next one)."""
-    for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6", "udplite", "udplite6",
-                 "ip6_flowlabel"):
+    for name in (
+        "tcp",
+        "tcp6",
+        "udp",
+        "udp6",
+        "raw",
+        "raw6",
+        "udplite",
+        "udplite6",
+        "ip6_flowlabel",
+    ):
         try:
             with open(f"/proc/net/{name}") as f:
                 if len(f.read(1 << 16).splitlines()) > 1:
@@ -178,7 +203,7 @@ def apply_limits(rlimits):
             resource.setrlimit(which, (soft, hard))
         except (ValueError, OSError):
             pass
-    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))   # POSIX queues cannot be listed
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX queues cannot be listed
 
 
 def drop_capabilities():
@@ -189,8 +214,8 @@ def drop_capabilities():
     for cap in range(last + 1):
         LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)     # _LINUX_CAPABILITY_VERSION_3, self
-    data = (ctypes.c_uint32 * 6)()                    # 2 x (effective, permitted, inheritable)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, self
+    data = (ctypes.c_uint32 * 6)()  # 2 x (effective, permitted, inheritable)
     if LIBC.capget(header, data) == 0:
         data[2] = data[5] = 0
         LIBC.capset(header, data)
@@ -211,8 +236,8 @@ def child(req, log_fd, sync_fd):
             signal.signal(sig, signal.SIG_DFL)
         LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         sync = socket.socket(fileno=sync_fd)
-        sync.send(b"pid")                  # the host reads our pid from the credentials
-        if sync.recv(16) != b"go":         # moved into the kernel's cgroup
+        sync.send(b"pid")  # the host reads our pid from the credentials
+        if sync.recv(16) != b"go":  # moved into the kernel's cgroup
             os._exit(72)
         sync.close()
         make_folders(req)
@@ -226,11 +251,14 @@ def child(req, log_fd, sync_fd):
         drop_capabilities()
         os.setgroups([])
         os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)        # the permitted and effective sets go with root
-        if LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or os.getuid() != uid \
-                or not no_capabilities():
+        os.setresuid(uid, uid, uid)  # the permitted and effective sets go with root
+        if (
+            LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            or os.getuid() != uid
+            or not no_capabilities()
+        ):
             os._exit(73)
-        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)   # as after the exec of a kernel's own
+        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as after the exec of a kernel's own
         os.umask(0o022)
         os.environ.clear()
         os.environ.update(req["env"])
@@ -238,6 +266,7 @@ def child(req, log_fd, sync_fd):
         sys.argv = list(req["argv"])
         # What the fork copied must not be shared between kernels: random states.
         import random
+
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
@@ -274,7 +303,7 @@ def main():
     LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if sys.path and sys.path[0] == "":
         del sys.path[0]
-    sys.modules["debugpy"] = None   # a grading kernel runs without the debugger
+    sys.modules["debugpy"] = None  # a grading kernel runs without the debugger
     keep = read_only_binds()
     failed = []
     for name in PREIMPORT:
@@ -283,11 +312,11 @@ def main():
         except Exception as exc:  # noqa: BLE001 - the kernel imports it itself, or fails
             failed.append(f"{name}: {type(exc).__name__}")
     gc.collect()
-    gc.freeze()    # what the fork copies is not scanned again by each kernel's collector
+    gc.freeze()  # what the fork copies is not scanned again by each kernel's collector
     if not clean(keep):
         send(ctrl, {"error": "the sandbox could not be made clean"})
         return
-    if failed:   # the kernels import these themselves (or fail as they would unforked)
+    if failed:  # the kernels import these themselves (or fail as they would unforked)
         print("fork server: not preimported:", ", ".join(failed), file=sys.stderr, flush=True)
     send(ctrl, {"ready": os.getpid()})
     while True:
@@ -318,9 +347,11 @@ def main():
             if got == pid:
                 status, cpu = st, usage.ru_utime + usage.ru_stime
         code = os.waitstatus_to_exitcode(status)
+        # The host learns the exit at once and scores the notebook while the sandbox is
+        # cleaned; this loop reads no next request before the clean is done.
+        send(ctrl, {"exited": 128 - code if code < 0 else code, "cpu": round(cpu, 3)})
         ok = clean(keep)
-        send(ctrl, {"exited": 128 - code if code < 0 else code, "clean": ok,
-                    "cpu": round(cpu, 3)})
+        send(ctrl, {"clean": ok})
         if not ok:
             return
 
