@@ -77,9 +77,10 @@ verify: $(STAMP)
 check-sync: $(STAMP)
 	$(PY) -m autograder check-sync
 
+# The lint make test runs (pyproject.toml's [tool.ruff] rules). The code keeps its own line
+# breaks (hanging indents, aligned shape comments), so `ruff format` is not applied.
 lint: $(STAMP)
 	$(PY) -m ruff check course autograder tests
-	$(PY) -m ruff format --check course autograder tests
 
 clean:
 	rm -rf $(VENV) build grading

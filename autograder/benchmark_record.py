@@ -73,8 +73,9 @@ def recorded(main, record: Path, argv: list[str]) -> int:
 
 RECORD_HEADER = """# Benchmark record
 
-Figures printed by `python -m autograder.benchmark ... --record docs/benchmark-record.md`, each
-under the date, the command and the machine that printed them (newest last). The README and
-docs/instructors.md quote from here. Timings depend on the machine and its load: each run
-was made on an otherwise idle machine.
+This page is for instructors sizing the machines that grade a class, and for anyone checking a
+grading-speed figure that the README or docs/instructors.md quotes: each section is what
+`python -m autograder.benchmark ... --record docs/benchmark-record.md` printed, under the date,
+the command and the machine (newest last). Timings depend on the machine and its load: each
+run was made on an otherwise idle machine, and only figures from the same machine compare.
 """

@@ -179,3 +179,20 @@ def test_every_docs_page_opens_by_saying_who_it_is_for():
         title, _, rest = _read(page).partition("\n\n")
         assert title.startswith("# "), page.name
         assert rest.startswith("This page is for "), page.name
+
+
+def test_the_benchmark_record_appends_what_was_printed_under_its_command_and_machine(tmp_path):
+    """Does ``--record`` start a new record with the page's header, then append each run's
+    printed lines under the command (without ``--record``) and the machine that measured it?"""
+    from autograder.benchmark_record import RECORD_HEADER, recorded
+
+    record = tmp_path / "docs" / "benchmark-record.md"
+    for figure in ("first: 1.0 s", "second: 2.0 s"):
+        code = recorded(lambda argv, f=figure: print(f) or 0, record,
+                        ["--students", "8", "--record", str(record)])
+        assert code == 0
+    text = _read(record)
+    assert text.startswith(RECORD_HEADER) and text.count("# Benchmark record") == 1
+    assert text.count("`python -m autograder.benchmark --students 8`") == 2
+    assert text.index("first: 1.0 s") < text.index("second: 2.0 s")
+    assert "cores" in text and "PyTorch" in text and "--record" not in text.split("\n## ")[1]
