@@ -35,7 +35,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_jupyterlab import CHROMIUM_FLAGS, _artifacts, _free_port, browser_path  # noqa: F401
+from chromium import CHROMIUM_FLAGS, artifacts, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = "day02_queries_keys_values"
@@ -70,7 +70,7 @@ def _modes() -> dict[str, int]:
 def _start(folder: Path, students: int = 2) -> tuple[subprocess.Popen, str, float]:
     """Start ``classroom start`` and wait for its "hub is up" line: (process, url, seconds)."""
     MODES_BEFORE[folder] = _modes()
-    port = _free_port()
+    port = free_port()
     log = folder.parent / f"{folder.name}.out"
     t0 = time.monotonic()
     with open(log, "wb") as fh:
@@ -155,7 +155,7 @@ def test_a_class_in_the_browser(folder, browser_path):  # noqa: F811
     _need_root_and_proxy()
     from playwright.sync_api import sync_playwright
 
-    out = _artifacts()
+    out = artifacts()
     times: dict[str, float] = {}
 
     def step(name: str, t0: float) -> None:

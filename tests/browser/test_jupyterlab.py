@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,37 +27,13 @@ from pathlib import Path
 
 import lab_notebook
 import pytest
+from chromium import CHROMIUM_FLAGS, artifacts, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                  "--disable-dev-shm-usage"]
 EXPLORERS = ["scaling", "attention", "positional", "sampling"]
 
 
-def _chromium() -> str | None:
-    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def browser_path() -> str:
-    pytest.importorskip("playwright.sync_api", reason="the `playwright` Python package is not "
-                        "installed (pip install playwright; it drives Debian's chromium)")
-    path = _chromium()
-    if path is None:
-        pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver); "
-                    "set CHROMIUM to its path if it lives elsewhere")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +41,7 @@ def lab(tmp_path_factory, browser_path):
     """A JupyterLab server on 127.0.0.1 serving a folder with the test notebook."""
     work = tmp_path_factory.mktemp("lab")
     notebook = lab_notebook.build(ROOT, work / "course")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items()
            if k not in ("CI", "NBGRADER_EXECUTION", "COURSE_PROFILE", "JPY_SESSION_NAME")}
     bindir = str(Path(sys.executable).parent)
@@ -113,11 +87,6 @@ def lab(tmp_path_factory, browser_path):
         log.close()
 
 
-def _artifacts() -> Path:
-    out = Path(os.environ.get("BROWSER_ARTIFACTS_DIR") or ROOT / "build" / "browser-artifacts")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
 
 KERNEL_IDLE = """() => {
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
@@ -151,7 +120,7 @@ def test_notebook_runs_and_explorers_react_in_chromium(lab, browser_path):
     from playwright.sync_api import expect, sync_playwright
 
     t0 = time.monotonic()
-    out = _artifacts()
+    out = artifacts()
     rel = lab["notebook"].relative_to(lab["root"]).as_posix()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)

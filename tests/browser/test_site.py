@@ -36,38 +36,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from chromium import CHROMIUM_FLAGS, artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                  "--disable-dev-shm-usage"]
 DOCS = ["learners", "instructors", "authors", "security", "record"]
 
 
-def _chromium() -> str | None:
-    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
-
-def _artifacts() -> Path:
-    out = Path(os.environ.get("BROWSER_ARTIFACTS_DIR") or ROOT / "build" / "browser-artifacts")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def browser_path() -> str:
-    pytest.importorskip("playwright.sync_api", reason="the `playwright` Python package is not "
-                        "installed (pip install playwright; it drives Debian's chromium)")
-    path = _chromium()
-    if path is None:
-        pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver); "
-                    "set CHROMIUM to its path if it lives elsewhere")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +159,7 @@ def test_site_pages_links_math_and_search_in_chromium(site, server, browser_path
     from playwright.sync_api import sync_playwright
 
     t0 = time.monotonic()
-    out = _artifacts()
+    out = artifacts()
 
     # The days are release/'s notebooks, as the learner gets them.
     days = sorted(p for p in (ROOT / "release").glob("day*/day*.ipynb") if p.parent.name == p.stem)
