@@ -334,3 +334,42 @@ def test_training_result_numbers_the_characters_the_way_the_learner_trained():
 
     assert day13._learner_numbering(Broken(), chars) == sorted_ids
     assert day13._learner_numbering(Raises(), chars) == sorted_ids
+
+
+SELF_ATTENTION = """
+import math, torch, torch.nn as nn
+class SelfAttention(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.d_model = d_model
+        self.W_Q, self.W_K, self.W_V = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.attn_weights = None
+    def forward(self, x, mask=None):
+        Q, K, V = self.W_Q(x), self.W_K(x), self.W_V(x)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_model)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        self.attn_weights = torch.softmax(scores, dim=-1)
+        return self.attn_weights @ V
+"""
+
+
+@pytest.mark.parametrize("lie, says", [
+    ("{k: 'a tensor' for k in nn.Module.state_dict(self)}", "is not a tensor"),
+    ("{1: v for v in nn.Module.state_dict(self).values()}", "has no parameter"),
+    ("type('D', (), {'items': lambda d: [('W_Q.weight',)]})()", "ValueError"),
+    ("None", "AttributeError"),
+])
+def test_a_state_dict_that_lies_fails_the_check_it_feeds(lie, says):
+    """The judge reads a kernel module's state_dict in one request (names and shapes for its
+    injection, values for "forward left the weights alone"): a state_dict that answers
+    something else fails the check with a message, never passes it or breaks the judge."""
+    ns: dict = {"__name__": "learner"}
+    exec(SELF_ATTENTION, ns)  # noqa: S102 - learner code written in this test
+    right = judge.run(judge.HiddenCall("autograder.judge.checks.day03", "check_matches_torch",
+                                       [("name", "SelfAttention")]), _conn(ns))
+    assert right.passed, right.message
+    exec(f"def _lie(self, *a, **k):\n    return {lie}\nSelfAttention.state_dict = _lie", ns)  # noqa: S102
+    v = judge.run(judge.HiddenCall("autograder.judge.checks.day03", "check_matches_torch",
+                                   [("name", "SelfAttention")]), _conn(ns))
+    assert not v.passed and says in v.message and not v.internal, v.message

@@ -140,3 +140,37 @@ def test_a_converter_failure_keeps_the_traceback_nbgrader_logged():
     log.error("Please see the above traceback for details.")
     log.removeHandler(errors)
     assert "ZeroDivisionError" in errors.last
+
+
+def test_a_workers_gradebook_copy_skips_the_disk_and_no_other_database_does(root, tmp_path,
+                                                                           monkeypatch):
+    """A worker's throwaway gradebook copy commits without fsync or journal file; a gradebook
+    at any other path (the instructor's) keeps SQLite's defaults, and setting up again (the
+    standbys of a helper) moves the setting to the new copy without stacking listeners."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+    from sqlalchemy import text
+
+    from autograder.grading import worker
+
+    def pragmas(path):
+        with Gradebook(f"sqlite:///{path}", "transformers-from-scratch") as gb:
+            return (gb.db.execute(text("PRAGMA synchronous")).scalar(),
+                    gb.db.execute(text("PRAGMA journal_mode")).scalar())
+
+    for var in ("PYTHONPATH", "JUPYTER_PATH"):   # _worker_setup prepends to both
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    saved = dict(worker._WORKER)
+    try:
+        tpl = template.template_cache(root, ["day01_why_rnns_struggle"])
+        first = worker._worker_setup(tpl, root, tmp_path, False)
+        second = worker._worker_setup(tpl, root, tmp_path, False)
+        assert pragmas(second / "gradebook.db") == (0, "memory")
+        assert pragmas(first / "gradebook.db") == (2, "delete")
+        other = tmp_path / "instructor.db"
+        shutil.copy(second / "gradebook.db", other)
+        assert pragmas(other) == (2, "delete")
+    finally:
+        worker._WORKER.clear()
+        worker._WORKER.update(saved)

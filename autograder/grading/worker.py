@@ -63,11 +63,14 @@ def _disposable_gradebook(path: Path) -> None:
     and creates and deletes a journal file (measured: ~12 ms of a notebook's time, when the
     CPU waits). The copy is thrown away with the worker; results travel as JSON, and the
     instructor's gradebook is written elsewhere (``autograder.core.nbgrader``) with SQLite's
-    defaults."""
+    defaults. One listener per process, for the copy set up last."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    target = str(path)
+    first = "gradebook" not in _WORKER
+    _WORKER["gradebook"] = str(path)
+    if not first:
+        return
 
     @event.listens_for(Engine, "connect")
     def _pragmas(dbapi_connection, _record):
@@ -75,7 +78,7 @@ def _disposable_gradebook(path: Path) -> None:
             name = dbapi_connection.execute("PRAGMA database_list").fetchone()[2]
         except Exception:  # noqa: BLE001 - not SQLite: leave it as it is
             return
-        if name == target:
+        if name == _WORKER.get("gradebook"):
             dbapi_connection.execute("PRAGMA synchronous=OFF")
             dbapi_connection.execute("PRAGMA journal_mode=MEMORY")
 
