@@ -8,8 +8,9 @@ learner's objects and answers with values, or with references to what cannot tra
 module, a function, a tensor that still needs its graph). Nothing here decides a grade: a
 kernel may answer anything, and the judge treats every answer as a claim to check.
 
-The judge calls :func:`handle` through a silent ``execute_request``'s user expression;
-the answer is a base64 string, so its repr is all the judge reads.
+The judge opens a conversation per hidden test with a silent ``execute_request`` that calls
+:func:`serve`: each answer, a base64 string, goes back as the prompt of an input request, and
+the reply is the next request (``autograder.grading.judge_session``).
 """
 
 from __future__ import annotations
@@ -143,6 +144,17 @@ def handle(request: str) -> str:
     except Exception as exc:  # noqa: BLE001 - the learner's error, reported as data
         enc = {"$x": [type(exc).__name__, str(exc)[:4000]]}
     return base64.b64encode(wire.dumps(enc).encode()).decode("ascii")
+
+
+def serve(request: str) -> None:
+    """Answer the judge's requests, starting with ``request``, until an empty one: each
+    answer goes out as the prompt of an input request on the kernel's stdin channel, and the
+    judge's reply is the next request."""
+    from IPython import get_ipython
+
+    ask = get_ipython().kernel.raw_input
+    while request:
+        request = ask(handle(request))
 
 
 def reset() -> None:

@@ -373,3 +373,32 @@ def test_a_state_dict_that_lies_fails_the_check_it_feeds(lie, says):
     v = judge.run(judge.HiddenCall("autograder.judge.checks.day03", "check_matches_torch",
                                    [("name", "SelfAttention")]), _conn(ns))
     assert not v.passed and says in v.message and not v.internal, v.message
+
+
+def test_check_modules_that_make_an_optimizer_here_warm_it_up():
+    """Does every check module that creates an optimizer in the judge's process (not through
+    ``in_kernel``) say so, so that the judge's warm-up imports PyTorch's compiler stack before
+    the first hidden test instead of during it (about a second: Day 13's self-check)?"""
+    import ast
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    import autograder.judge.checks as checks
+
+    def optimizers(tree):
+        """torch.optim.<Class> attributes, those handed to in_kernel apart."""
+        sent = {id(node.args[0]) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "in_kernel" and node.args}
+        return [node for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                and ast.unparse(node.value) == "torch.optim" and node.attr[:1].isupper()
+                and id(node) not in sent]
+
+    flagged = []
+    for info in pkgutil.iter_modules(checks.__path__):
+        tree = ast.parse((Path(checks.__path__[0]) / f"{info.name}.py").read_text())
+        if optimizers(tree):
+            module = importlib.import_module(f"autograder.judge.checks.{info.name}")
+            flagged.append(info.name)
+            assert getattr(module, "JUDGE_STEPS_OPTIMIZERS", False), info.name
+    assert sorted(flagged) == ["day09", "day10", "day13_train"]

@@ -72,6 +72,7 @@ class GuardedExecute(Execute):
         self._told_truncated = False
         self._judge_client = None
         self._judge_pool = None
+        self._session = None
         self._judge_error = ""
         from autograder.judge.remote import Budget
 
@@ -190,6 +191,9 @@ class GuardedExecute(Execute):
         if verdict.stopped == "timeout":
             EVENTS["timeout"] = True
             await ensure_async(self.km.interrupt_kernel())
+            # then end the conversation, so that the kernel is free for the next cell
+            await asyncio.get_running_loop().run_in_executor(self._judge_pool,
+                                                             self._session.close)
         elif verdict.stopped == "died":
             EVENTS["kernel_died"] = True
             self._stopped = "the kernel died earlier in the notebook"
@@ -208,6 +212,7 @@ class GuardedExecute(Execute):
 
     def _judge_in_thread(self, source: str, deadline: float):
         from autograder import judge
+        from autograder.grading.judge_session import Session
         from autograder.judge.remote import Conn
 
         try:
@@ -219,8 +224,17 @@ class GuardedExecute(Execute):
             return judge.Verdict(False, "the kernel did not answer the judge: "
                                  f"{self._judge_error or 'no connection'}", call.names,
                                  internal="no judge connection")
-        return judge.run(call, Conn(self._judge_transport(deadline), self._judge_budget),
-                         seed=JUDGE_SEED[0])
+        self._session = Session(self._judge_client, deadline,
+                                getattr(self.km.provisioner, "process", None))
+        verdict = None
+        try:
+            verdict = judge.run(call, Conn(self._session, self._judge_budget),
+                                seed=JUDGE_SEED[0])
+            return verdict
+        finally:
+            # A kernel past its time is interrupted first (_judge_cell), a dead one is gone.
+            if verdict is None or verdict.stopped not in ("timeout", "died"):
+                self._session.close()
 
     def _make_judge_client(self):
         import zmq
@@ -234,61 +248,8 @@ class GuardedExecute(Execute):
         ctx.setsockopt(zmq.MAXMSGSIZE, 256 * 1024 * 1024)
         bc = BlockingKernelClient(context=ctx)
         bc.load_connection_info(self.km.get_connection_info(session=False))
-        bc.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)
+        bc.start_channels(shell=True, iopub=False, stdin=True, hb=False, control=False)
         return bc
-
-    def _judge_transport(self, deadline: float):
-        """request text -> answer text, through a silent execute_request's user expression;
-        the answer must be a quoted base64 string, nothing else is read."""
-        import queue
-        import re
-
-        from autograder.judge.remote import JudgeError
-
-        process = getattr(self.km.provisioner, "process", None)
-        b64 = re.compile(r"'([A-Za-z0-9+/=]*)'")
-
-        def time_left() -> float:
-            left = deadline - monotonic()
-            if left <= 0:
-                raise JudgeError("timed out: the learner's code ran past the cell's time "
-                                 "limit", stopped="timeout")
-            return left
-
-        def check_alive() -> None:
-            if process is not None and process.poll() is not None:
-                raise JudgeError("the kernel died while the judge waited", stopped="died")
-
-        def transport(payload: str) -> str:
-            import zmq
-
-            bc = self._judge_client
-            expr = f"__import__('course.agent', fromlist=['handle']).handle('{payload}')"
-            while True:
-                try:
-                    msg_id = bc.execute("", silent=True, store_history=False,
-                                        allow_stdin=False, user_expressions={"r": expr})
-                    break
-                except zmq.Again:       # nobody took the request within the send timeout
-                    time_left()
-                    check_alive()
-            while True:
-                try:
-                    msg = bc.get_shell_msg(timeout=min(1.0, time_left()))
-                except queue.Empty:
-                    check_alive()
-                    continue
-                if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                    continue
-                r = (msg.get("content") or {}).get("user_expressions", {}).get("r") or {}
-                if r.get("status") != "ok":
-                    raise JudgeError(f"the kernel's agent failed: {str(r.get('ename'))[:100]}: "
-                                     f"{str(r.get('evalue'))[:300]}")
-                m = b64.fullmatch(str((r.get("data") or {}).get("text/plain", "")))
-                if not m:
-                    raise JudgeError("the kernel's answer is not a base64 string")
-                return m.group(1)
-        return transport
 
     async def _exit_code(self) -> int | None:
         """The dead kernel's exit status (negative: killed by that signal), if known."""

@@ -42,6 +42,10 @@ from course.checking import generator, in_kernel, note_value_checked, twin
 from course.probes import BatchQueue, ConstantLoss, GlobalSwapped, StepTable, seeded
 from course.standins import TinyGPT as ReferenceTinyGPT
 
+# _replay trains the reference model here: the judge's warm-up takes one optimizer step
+# (PyTorch's first optimizer imports its compiler stack, about a second).
+JUDGE_STEPS_OPTIMIZERS = True
+
 
 def lr_at(step, max_lr, warmup, total, min_lr):
     """The notebook's schedule: linear warm-up to ``max_lr`` at step ``warmup - 1``, cosine
