@@ -402,3 +402,24 @@ def test_check_modules_that_make_an_optimizer_here_warm_it_up():
             flagged.append(info.name)
             assert getattr(module, "JUDGE_STEPS_OPTIMIZERS", False), info.name
     assert sorted(flagged) == ["day09", "day10", "day13_train"]
+
+
+def test_a_timeout_inside_the_learners_call_stops_the_notebook():
+    """A check wraps an error of the learner's call as the learner's (``call``); a transport
+    that timed out (or found the kernel dead) there must still stop the verdict, so that the
+    kernel is interrupted, and the test fails with the judge's words."""
+    call = judge.HiddenCall("autograder.judge.checks.day02", "check_softmax_values",
+                            [("name", "softmax")])
+    for stopped in ("timeout", "died"):
+        inner = _conn({"softmax": lambda x, dim=-1: x.softmax(dim)}).transport
+        requests = []
+
+        def transport(req, stopped=stopped, inner=inner, requests=requests):
+            requests.append(req)
+            if len(requests) > 1:        # the name is found; the call never answers
+                raise remote.JudgeError(f"{stopped}!", stopped=stopped)
+            return inner(req)
+
+        v = judge.run(call, remote.Conn(transport))
+        assert (v.passed, v.stopped) == (False, stopped), v
+        assert v.message == f"the kernel did not answer the judge: {stopped}!", v.message

@@ -1,7 +1,8 @@
 """Can a submission forge a judged day's grade from inside its kernel?
 
 Each submission is the blank Day 2 notebook plus one attack cell (the attacks that scored
-full marks when the hidden tests ran in the kernel). Judged outside the kernel, every one must
+full marks when the hidden tests ran in the kernel), or the answer key plus one for the attacks
+on the judge's conversation itself. Judged outside the kernel, every one must
 earn 0 points, and the reads must find no hidden material. Graded once for the module, in the
 sandbox where bubblewrap works.
 """
@@ -81,6 +82,23 @@ def _handle(request):
     return base64.b64encode(json.dumps(zeros).encode()).decode()
 _a.handle = _handle
 ''',
+    # the judge's conversation (autograder.grading.judge_session): an agent that ends it at
+    # once, and one that sends forged answers on the stdin channel ahead of the real ones
+    # (in the answer key: ON_REFERENCE)
+    "serve-ends-at-once": "import course.agent as _a\n_a.serve = lambda request: None",
+    "stdin-spam": r'''
+import base64, json, course.agent as _a
+_real = _a.handle
+_zeros = {"$t": ["float32", [1], base64.b64encode(bytes(4)).decode()]}
+_forged = base64.b64encode(json.dumps(_zeros).encode()).decode()
+def _handle(request):
+    k = get_ipython().kernel
+    for _ in range(20):
+        k.session.send(k.stdin_socket, "input_request", {"prompt": _forged, "password": False},
+                       k.get_parent("shell"), ident=k._get_shell_context_var(k._shell_parent_ident))
+    return _real(request)
+_a.handle = _handle
+''',
     # reading hidden material: the grading library and the hidden test cells
     "reads": r'''
 import gc, sys
@@ -106,6 +124,9 @@ print("FOUND", found)
 }
 
 
+ON_REFERENCE = ("serve-ends-at-once", "stdin-spam")
+
+
 def _locked(nb):
     """The do-execute cheat written in an answer cell whose metadata says it is read-only."""
     nb = S.with_cell(nb, ATTACKS["do-execute"])
@@ -120,10 +141,11 @@ def attacked(root, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("judge-attacks")
     subs = tmp / "submitted"
     blank = S.release(root, DAY)
+    ref = S.reference(root, DAY)
     for name, code in ATTACKS.items():
-        S.put(subs, name, S.with_cell(blank, code), day=DAY)
+        S.put(subs, name, S.with_cell(ref if name in ON_REFERENCE else blank, code), day=DAY)
     S.put(subs, "locked-cell", _locked(blank), day=DAY)
-    S.put(subs, "reference", S.reference(root, DAY), day=DAY)
+    S.put(subs, "reference", ref, day=DAY)
     results = pipeline.grade(root, subs, days=[DAY], jobs=2, results_dir=tmp / "out",
                              sandbox="auto", limits=Limits(memory=3 * GiB, cell_timeout=60,
                                                            notebook_timeout=150))

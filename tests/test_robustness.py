@@ -26,6 +26,26 @@ LIMITS = Limits(memory=int(1.5 * GiB), cell_timeout=15, notebook_timeout=45, out
 BATCH_SIZE = 50
 
 
+# A function the judge calls that hangs, and swallows the interrupt that ends the wait: the
+# judge's conversation must still end, so that the later tests are judged as usual.
+SWALLOWED_HANG = """
+import time
+def average_past_loop(x):
+    try:
+        time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    return x * 0
+"""
+
+
+def _before_test(nb, gid: str, code: str):
+    nb = nbformat.from_dict(nb)
+    i = next(i for i, c in enumerate(nb.cells) if S.grade_id(c) == gid)
+    nb.cells.insert(i, nbformat.v4.new_code_cell(code))
+    return nb
+
+
 def _mutant_nb(root):
     m = next(m for m in load_catalog() if m.day == S.DAY)
     return m.apply(S.reference(root))
@@ -43,6 +63,7 @@ def batch(root, tmp_path_factory):
     S.put(subs, "test-twice", S.duplicated_test(ref, "day03_mask"))
     S.put(subs, "renamed", ref, name=f"{S.DAY} (1).ipynb")
     S.put(subs, "loop", S.with_cell(ref, "while True:\n    pass"))
+    S.put(subs, "judged-hang", _before_test(ref, "day03_average_past_loop", SWALLOWED_HANG))
     S.put(subs, "memhog", S.with_cell(
         ref, "import torch\nxs = []\nwhile True:\n    xs.append(torch.zeros(10**6))"))
     S.put(subs, "huge-tensor", S.with_cell(ref, "import torch\nx = torch.empty(10**12)"))
@@ -100,6 +121,7 @@ def test_every_case_has_its_status(batch):
         "result-100mb": ("graded", full),
         "file-2gb": ("graded", full),
         "loop": ("timeout", None),
+        "judged-hang": ("timeout", full - 1),   # the later tests are judged as usual
         "memhog": ("memory-limit", None),  # the hog keeps its memory: later tests may fail
         "huge-tensor": ("memory-limit", full),
         "exit": ("kernel-died", 0.0),

@@ -239,6 +239,12 @@ def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
         torch.set_rng_state(rng_state)
         if saved is real_forbid:
             module.forbid = real_forbid
+    ended = getattr(conn, "stopped", None)
+    if ended is not None:
+        # The kernel timed out or died inside a call the check wrapped as the learner's
+        # error: the notebook must still be interrupted (or given up), and the test fails.
+        passed, stopped = False, ended.stopped
+        message = f"the kernel did not answer the judge: {ended}"
     if checking.BUGS:
         passed, internal = False, "grader bug"
         message = f"internal error of the grader (not your code): {checking.BUGS[0]}"

@@ -86,6 +86,9 @@ class Conn:
         self._attrs: dict[tuple, Any] = {}
         self.epoch = 0  # bumped by every request that may change the kernel's state
         self.requests = 0
+        # The transport's JudgeError that ended the notebook ("timeout", "died"), kept even
+        # when a check turns it into a failure of the learner's call (judge.run reads it).
+        self.stopped: JudgeError | None = None
 
     # -- requests -------------------------------------------------------------------
     def request(self, req: dict) -> Any:
@@ -99,7 +102,12 @@ class Conn:
             self._attrs.clear()
         req = {**req, "grad": torch.is_grad_enabled()}
         self.requests += 1
-        text = self.transport(base64.b64encode(json.dumps(req).encode()).decode("ascii"))
+        try:
+            text = self.transport(base64.b64encode(json.dumps(req).encode()).decode("ascii"))
+        except JudgeError as exc:
+            if exc.stopped:
+                self.stopped = self.stopped or exc
+            raise
         self.received += len(text)
         self.budget.used += len(text)
         if self.received > self.test_limit or self.budget.used > self.budget.limit:
