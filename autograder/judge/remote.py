@@ -1,7 +1,8 @@
 """The judge's view of a learner's kernel: values come back, objects stay behind proxies.
 
 A :class:`Conn` sends :mod:`course.agent` requests through a transport (a function from
-request text to answer text: a silent ``execute_request`` in grading, a direct call in unit
+request text to answer text: a conversation over the kernel's stdin channel in grading
+(``autograder.grading.judge_session``), a direct call in unit
 tests) and decodes every answer with :mod:`course.wire`'s checks. Plain values and tensors
 without a graph come back as themselves (real ``torch.Tensor`` objects built by the judge);
 anything else comes back as a :class:`Proxy`, so that the hidden checks, written as if the
