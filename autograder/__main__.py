@@ -29,11 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.authoring import build
-from autograder.console import Progress
-from autograder.grade_commands import print_results
-from autograder.grading import pipeline
-from autograder.grading.pipeline import PipelineError
+from autograder.core.course import PipelineError
+
+# Each command imports what it needs (nbgrader, nbformat, the pipeline) when it runs: the
+# learner's ``selfcheck``, answered by the warm helper in about a second, starts without them.
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -42,6 +41,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    from autograder.authoring import build
+    from autograder.console import Progress
+    from autograder.grading import pipeline
+
     root = pipeline.find_root(args.root)
     t0 = time.monotonic()
     progress = Progress("built")
@@ -52,6 +55,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_sync(args: argparse.Namespace) -> int:
+    from autograder.authoring import build
+    from autograder.grading import pipeline
+
     root = pipeline.find_root(args.root)
     problems = build.check_sync(root)
     if problems:
@@ -65,7 +71,8 @@ def _cmd_check_sync(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from autograder.authoring.verify import verify
-    from autograder.grading import preflight
+    from autograder.console import Progress
+    from autograder.grading import pipeline, preflight
 
     root = pipeline.find_root(args.root)
     preflight.check(root, pipeline.resolve_days(root, args.day),
@@ -102,7 +109,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import shutil
 
-    from autograder.grading import preflight
+    from autograder.console import Progress
+    from autograder.grade_commands import print_results
+    from autograder.grading import pipeline, preflight
 
     root = pipeline.find_root(args.root)
     days = pipeline.resolve_days(root, args.day)
@@ -161,15 +170,23 @@ def _cmd_author(args: argparse.Namespace) -> int:
 
 def _cmd_record(args: argparse.Namespace) -> int:
     from autograder.authoring.measure import main as record_main
+    from autograder.grading import pipeline
 
     args.root = pipeline.find_root(args.root)
     return record_main(args)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    # Learner commands: selfcheck (grade one notebook with the hidden tests, offline) and
+    # progress (points per day from the latest self-checks); see autograder/selfcheck/.
+    from autograder.selfcheck import add_learner_commands
+    if argv[:1] in (["selfcheck"], ["progress"]):
+        add_learner_commands(sub, _add_common)
+        return _run(parser.parse_args(argv))
 
     p = sub.add_parser("build", help="generate release/ and solutions/ from source/")
     _add_common(p)
@@ -231,14 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--day", action="append", help="only this day (repeatable)")
     p.set_defaults(func=_cmd_record)
 
-    # Learner commands: selfcheck (grade one notebook with the hidden tests, offline) and
-    # progress (points per day from the latest self-checks); see autograder/selfcheck.py.
-    from autograder.selfcheck import add_learner_commands
     add_learner_commands(sub, _add_common)
     from autograder.classroom import add_classroom_command
     add_classroom_command(sub, _add_common)
+    return _run(parser.parse_args(argv))
 
-    args = parser.parse_args(argv)
+
+def _run(args: argparse.Namespace) -> int:
     # nbgrader runs helper executables (alembic) and kernels from PATH: make this
     # interpreter's bin folder come first even when it is called as .venv/bin/python.
     bindir = str(Path(sys.executable).parent)

@@ -87,7 +87,7 @@ def _current_notebook(notebook: str | os.PathLike | None) -> Path:
 
 
 _STANDBY: dict[str, subprocess.Popen] = {}     # notebook path -> its waiting self-check
-# the standby's last line, its exit status (autograder.selfcheck.standby.SENTINEL)
+# the standby's last line, its exit status (autograder.selfcheck.protocol.SENTINEL)
 _SENTINEL = "\x1eexit "
 
 

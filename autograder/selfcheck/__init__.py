@@ -14,19 +14,18 @@ import os
 import sys
 from pathlib import Path
 
-from autograder.selfcheck.check import (  # noqa: F401 - the package's public functions
-    NOT_RECORDED,
-    STUDENT,
-    Report,
-    _grade_options,
-    day_of,
-    exit_status,
-    explain,
-    format_report,
-    selfcheck,
-    show_progress,
-    test_map,
-)
+# The package's public functions live in check.py, imported on first use: the command line
+# reaches the warm helper (helper.py) without nbgrader, nbformat or the pipeline.
+_PUBLIC = ("NOT_RECORDED", "STUDENT", "Report", "_grade_options", "day_of", "exit_status",
+           "explain", "format_report", "selfcheck", "show_progress", "test_map")
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        from autograder.selfcheck import check
+
+        return getattr(check, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _cmd_selfcheck(args) -> int:
@@ -43,10 +42,14 @@ def _cmd_selfcheck(args) -> int:
         code = helper.check(args.notebook, root=args.root, save=not args.no_save)
         if code is not None:
             return code
+    from autograder.selfcheck.check import exit_status, selfcheck
+
     return exit_status(selfcheck(args.notebook, root=args.root, save=not args.no_save))
 
 
 def _cmd_progress(args) -> int:
+    from autograder.selfcheck.check import show_progress
+
     show_progress(args.folder)
     return 0
 

@@ -46,7 +46,7 @@ import threading
 import time
 from pathlib import Path
 
-from autograder.selfcheck.standby import READY, SENTINEL
+from autograder.selfcheck.protocol import READY, SENTINEL
 
 MAX_STANDBYS = 2
 IDLE_SECONDS = 30 * 60
@@ -123,7 +123,7 @@ def check(notebook: Path, root: Path | None = None, save: bool = True,
     """Self-check ``notebook`` through the learner's helper (started if none runs); print the
     report to ``out`` (default stdout). Returns the exit status (as ``selfcheck``'s), or None
     when the helper cannot be used: the caller then grades in its own process."""
-    from autograder.grading import pipeline
+    from autograder.core.course import PipelineError, find_root
 
     out = out or sys.stdout
     notebook = Path(notebook).expanduser().resolve()
@@ -131,8 +131,8 @@ def check(notebook: Path, root: Path | None = None, save: bool = True,
         return None          # a missing notebook gets its error from the usual path
     try:
         folder = runtime_dir()
-        course_root = pipeline.find_root(root or notebook.parent)
-    except (HelperError, OSError, pipeline.PipelineError) as exc:
+        course_root = find_root(root or notebook.parent)
+    except (HelperError, OSError, PipelineError) as exc:
         print(f"selfcheck: grading without the helper ({exc})", file=sys.stderr)
         return None
     path = folder / f"{helper_name()}.sock"

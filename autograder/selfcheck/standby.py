@@ -32,14 +32,13 @@ from pathlib import Path
 
 from autograder.grading import pipeline
 from autograder.grading import template as grading_template
+from autograder.selfcheck.protocol import READY, SENTINEL
 
 # Imported by the waiting kernel before any cell: what the notebooks' first cells import and
 # what the first run of a model on the meta device pulls in (torch._dynamo, about 0.8 s).
 PREIMPORT = ("torch", "torch.nn", "torch.nn.functional", "torch._dynamo", "matplotlib.pyplot",
              "ipywidgets", "tqdm.auto", "course.checking", "course.widgets", "course.training",
              "course.textgen", "course.plots")
-READY = "\x1eready"
-SENTINEL = "\x1eexit "
 IDLE_SECONDS = 3600
 
 
