@@ -136,3 +136,35 @@ def test_the_helper_reports_what_selfcheck_reports_and_stops_cleanly(root, tmp_p
     assert run.returncode == 1 and "without the helper" not in run.stderr
     assert _wait(lambda: not _processes("autograder.selfcheck.helper", str(helper_env)), 30)
     assert _wait(lambda: not _processes("--standby", str(nb_path)), 30)
+
+
+def test_a_helper_that_restarts_leaves_the_next_helpers_socket_alone(helper_env):
+    """Code changed: the helper answers "restart", the client starts the next helper at once,
+    and the old one, stopping, must not remove the new one's socket (the next check would
+    wait for a helper that nobody can reach, then grade without it)."""
+    import threading
+
+    path = helper_env / f"{helper.helper_name()}.sock"
+    old = helper.Helper(path)
+    old.stamps[str(helper_env)] = "old code"
+    serving = threading.Thread(target=old.serve, daemon=True)
+    serving.start()
+    assert _wait(lambda: helper._connect(path) is not None, 10)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(path))
+        s.sendall(json.dumps({"op": "check", "notebook": str(helper_env / "nb.ipynb"),
+                              "root": None, "save": False, "stamp": "new code"}).encode()
+                  + b"\n")
+        assert s.makefile("r").readline().rstrip("\n") == helper.RESTART
+    new = subprocess.Popen([sys.executable, "-m", "autograder.selfcheck.helper", str(path)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        serving.join(30)
+        assert not serving.is_alive()
+        assert _wait(lambda: helper._connect(path) is not None, 30)
+        time.sleep(1.0)                    # the old helper has finished its clean-up
+        assert new.poll() is None and path.exists()
+        assert helper._connect(path) is not None
+    finally:
+        helper.stop(helper_env)
+        new.wait(30)

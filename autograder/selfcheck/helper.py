@@ -244,12 +244,14 @@ class Helper:
         self.alive = None        # the lock file held while this helper serves its name
 
     def _unlist(self) -> None:
-        """Remove the socket and release the name: no new client reaches this helper."""
+        """Remove the socket and release the name: no new client reaches this helper. Once
+        only: after the release the path may be the next helper's socket."""
+        if self.alive is None:
+            return
         with contextlib.suppress(OSError):
             self.path.unlink()
-        if self.alive is not None:
-            self.alive.close()
-            self.alive = None
+        self.alive.close()
+        self.alive = None
 
     def _standby(self, key: tuple[str, str | None, bool]) -> subprocess.Popen:
         notebook, root, save = key
