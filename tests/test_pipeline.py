@@ -146,7 +146,8 @@ def test_a_workers_gradebook_copy_skips_the_disk_and_no_other_database_does(root
                                                                            monkeypatch):
     """A worker's throwaway gradebook copy commits without fsync or journal file; a gradebook
     at any other path (the instructor's) keeps SQLite's defaults, and setting up again (the
-    standbys of a helper) moves the setting to the new copy without stacking listeners."""
+    standbys of a helper) moves the setting to the new copy without stacking listeners. The
+    copy keeps one engine for the process."""
     import shutil
 
     from nbgrader.api import Gradebook
@@ -171,6 +172,16 @@ def test_a_workers_gradebook_copy_skips_the_disk_and_no_other_database_does(root
         other = tmp_path / "instructor.db"
         shutil.copy(second / "gradebook.db", other)
         assert pragmas(other) == (2, "delete")
+
+        # one SQLAlchemy engine per process for the copy (its compiled statements are kept
+        # from one notebook to the next); a new engine for any other database, as nbgrader does
+        def engine(path):
+            with Gradebook(f"sqlite:///{path}", "transformers-from-scratch") as gb:
+                return gb.engine
+
+        assert engine(second / "gradebook.db") is engine(second / "gradebook.db")
+        assert pragmas(second / "gradebook.db") == (0, "memory")   # after close, reopened
+        assert engine(other) is not engine(other)
     finally:
         worker._WORKER.clear()
         worker._WORKER.update(saved)

@@ -71,6 +71,7 @@ def _disposable_gradebook(path: Path) -> None:
     _WORKER["gradebook"] = str(path)
     if not first:
         return
+    _one_engine_per_gradebook()
 
     @event.listens_for(Engine, "connect")
     def _pragmas(dbapi_connection, _record):
@@ -81,6 +82,28 @@ def _disposable_gradebook(path: Path) -> None:
         if name == _WORKER.get("gradebook"):
             dbapi_connection.execute("PRAGMA synchronous=OFF")
             dbapi_connection.execute("PRAGMA journal_mode=MEMORY")
+
+
+def _one_engine_per_gradebook() -> None:
+    """nbgrader opens a new SQLAlchemy engine for every ``Gradebook`` (several per notebook),
+    and an engine compiles each SQL statement the first time it runs it: about 0.13 s of CPU
+    per notebook, measured. This worker's gradebook copy gets one engine for the process,
+    which keeps its compiled statements from one notebook to the next (``Gradebook.close``
+    only closes the engine's connections; the engine opens new ones when used again)."""
+    import nbgrader.api as api
+    from sqlalchemy import create_engine
+
+    engines: dict[tuple, object] = {}
+
+    def engine_for(url, **kwargs):
+        if not str(url).endswith(_WORKER.get("gradebook", "\0")):
+            return create_engine(url, **kwargs)
+        key = (str(url), tuple(sorted(kwargs.items())))
+        if key not in engines:
+            engines[key] = create_engine(url, **kwargs)
+        return engines[key]
+
+    api.create_engine = engine_for
 
 
 def grade_one(job: dict, prepared: tuple | None = None) -> dict:
