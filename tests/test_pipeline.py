@@ -185,3 +185,29 @@ def test_a_workers_gradebook_copy_skips_the_disk_and_no_other_database_does(root
     finally:
         worker._WORKER.clear()
         worker._WORKER.update(saved)
+
+
+def test_the_standbys_dry_autograde_leaves_nothing_behind(root, tmp_path, monkeypatch):
+    """``worker.warm_up_autograde`` (a standby's dry run, no kernel) runs nbgrader's autograde
+    on the blank notebook and removes its folders; the grading that follows is unchanged (the
+    self-check tests grade after it)."""
+    from autograder.grading import pipeline, worker
+
+    for var in ("PYTHONPATH", "JUPYTER_PATH"):   # _worker_setup prepends to both
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    saved = dict(worker._WORKER)
+    day = "day01_why_rnns_struggle"
+    try:
+        tpl = template.template_cache(root, [day])
+        work = worker._worker_setup(tpl, root, tmp_path, False)
+        settings = pipeline._settings(False, None, True)
+        worker.warm_up_autograde(day, worker.grading_config(settings))
+        for top in ("submitted", "autograded"):
+            assert not (work / top / worker.WARM_UP_STUDENT).exists()
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{work / 'gradebook.db'}", "transformers-from-scratch") as gb:
+            assert gb.find_submission(day, worker.WARM_UP_STUDENT)   # autograde did run
+    finally:
+        worker._WORKER.clear()
+        worker._WORKER.update(saved)

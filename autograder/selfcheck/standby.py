@@ -94,6 +94,7 @@ class Standby:
 
         nb = nbformat.read(str(source), as_version=4)
         execute._warm_up_judge([c.source for c in nb.cells if execute._is_test_cell(c)])
+        worker.warm_up_autograde(self.day, self.prepared[1])
         try:
             _wait_until_ready(km)
         except Exception as exc:
