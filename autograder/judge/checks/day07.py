@@ -181,7 +181,11 @@ def check_matches_reference(TransformerClassifier) -> None:
         "is at position 0, so prepend its True (torch.cat([cls_keep, padding_mask], dim=1))":
             _reference(w, refs, tokens, keep, cls_mask_last=True),
     }
-    compare(out, expected, "logits", mistakes, rtol=1e-6, atol=1e-8)
+    # Float64, but the sinusoidal table is the learner's buffer, usually computed in float32
+    # when the model was made (then converted): the logits carry its rounding, up to about
+    # 2e-6 relative on some draws (seen: 6.9e-8 on 0.046). Every catalogued mistake moves them
+    # by far more than these tolerances.
+    compare(out, expected, "logits", mistakes, rtol=1e-5, atol=1e-6)
     expect_unchanged(model, w)
 
 

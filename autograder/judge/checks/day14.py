@@ -409,5 +409,7 @@ def _model_cache(model, vocab, attention_off: bool = False) -> None:
     if not isinstance(cache, list | tuple) or len(cache) != 2:
         raise CheckFailure("the new cache should be a list with one (k, v) per block (2 here).")
     got = torch.cat([l1, l2, l3], dim=1)
-    compare(got, expected, "logits from prefill + cached decoding", rtol=1e-6, atol=1e-7,
+    # As loose as the full pass above: the rotary tables are the learner's buffers, usually
+    # float32 (4 draws in 40 of the answer key differed by up to 2e-7 at rtol=1e-6, atol=1e-7).
+    compare(got, expected, "logits from prefill + cached decoding", rtol=1e-5, atol=1e-6,
             hint="pass cache[i] to block i and return the list of the blocks' new caches.")
