@@ -60,7 +60,7 @@ class Session:
             self._open(payload)
         elif self.waiting:
             self.waiting = False
-            self.client.input(payload)
+            self._reply(payload)
         else:
             raise JudgeError("the kernel ended the judge's conversation")
         return self._answer()
@@ -71,17 +71,17 @@ class Session:
         was never asked); False when it still runs the learner's code or died."""
         if self.msg_id is None:
             return True
-        if self.waiting:
-            self.waiting = False
-            self.client.input("")
         self.deadline = monotonic() + seconds
         try:
+            if self.waiting:
+                self.waiting = False
+                self._reply("")
             while True:
                 channel, msg = self._next({"shell", "stdin"})
                 if channel == "shell":
                     self.msg_id = None
                     return True
-                self.client.input("")     # another prompt: the agent still serves
+                self._reply("")           # another prompt: the agent still serves
         except JudgeError:
             return False
 
@@ -96,6 +96,18 @@ class Session:
                                                   allow_stdin=True)
                 return
             except zmq.Again:       # nobody took the request within the send timeout
+                self._time_left()
+                self._check_alive()
+
+    def _reply(self, text: str) -> None:
+        """The next request (``text``) as the ``input_reply`` the kernel waits for."""
+        import zmq
+
+        while True:
+            try:
+                self.client.input(text)
+                return
+            except zmq.Again:       # nobody took it within the send timeout
                 self._time_left()
                 self._check_alive()
 
