@@ -88,29 +88,22 @@ for _ in range(3):
     assert session.close()
 
 
-def test_an_agent_that_stops_answering_fails_the_request(kernel):
+@pytest.mark.parametrize("patch, error", [
+    ("serve = lambda request: None", "stopped before answering"),     # ends it at once
+    ("handle = lambda request: 'not base64!'", "not a base64 string"),
+])
+def test_a_broken_agent_fails_the_request_and_the_conversation_still_ends(kernel, patch,
+                                                                        error):
     km, judge, run = kernel
-    run("import course.agent as _a\n_real = _a.serve\n_a.serve = lambda request: None")
+    name = patch.split(" ")[0]
+    run(f"import course.agent as _a\n_saved = _a.{name}\n_a.{patch}")
     try:
         session = _session(km, judge)
-        with pytest.raises(JudgeError, match="stopped before answering"):
+        with pytest.raises(JudgeError, match=error):
             remote.Conn(session).get("print")
         assert session.close()
     finally:
-        run("_a.serve = _real")
-
-
-def test_a_non_base64_answer_is_refused_and_the_conversation_still_ends(kernel):
-    km, judge, run = kernel
-    run("import course.agent as _a\n_real_handle = _a.handle\n"
-        "_a.handle = lambda request: 'not base64!'")
-    try:
-        session = _session(km, judge)
-        with pytest.raises(JudgeError, match="not a base64 string"):
-            remote.Conn(session).get("print")
-        assert session.close()
-    finally:
-        run("_a.handle = _real_handle")
+        run(f"_a.{name} = _saved")
 
 
 def test_a_hanging_call_times_out_and_an_interrupt_frees_the_kernel(kernel):

@@ -77,7 +77,7 @@ class Session:
                 self.waiting = False
                 self._reply("")
             while True:
-                channel, msg = self._next({"shell", "stdin"})
+                channel, msg = self._next()
                 if channel == "shell":
                     self.msg_id = None
                     return True
@@ -87,32 +87,28 @@ class Session:
 
     # -- inside -----------------------------------------------------------------------
     def _open(self, payload: str) -> None:
-        import zmq
-
         code = f"__import__('course.agent', fromlist=['serve']).serve('{payload}')"
-        while True:
-            try:
-                self.msg_id = self.client.execute(code, silent=True, store_history=False,
-                                                  allow_stdin=True)
-                return
-            except zmq.Again:       # nobody took the request within the send timeout
-                self._time_left()
-                self._check_alive()
+        self.msg_id = self._send(self.client.execute, code, silent=True, store_history=False,
+                                 allow_stdin=True)
 
     def _reply(self, text: str) -> None:
         """The next request (``text``) as the ``input_reply`` the kernel waits for."""
+        self._send(self.client.input, text)
+
+    def _send(self, send, *args, **kwargs):
+        """``send(...)``, again while nobody takes it within the socket's send timeout (until
+        the test's time is up or the kernel is found dead)."""
         import zmq
 
         while True:
             try:
-                self.client.input(text)
-                return
-            except zmq.Again:       # nobody took it within the send timeout
+                return send(*args, **kwargs)
+            except zmq.Again:
                 self._time_left()
                 self._check_alive()
 
     def _answer(self) -> str:
-        channel, msg = self._next({"shell", "stdin"})
+        channel, msg = self._next()
         if channel == "shell":
             content = msg.get("content") or {}
             self.msg_id = None
@@ -126,13 +122,14 @@ class Session:
             raise JudgeError("the kernel's answer is not a base64 string")
         return prompt
 
-    def _next(self, channels: set[str]) -> tuple[str, dict]:
-        """The next message of this conversation on one of ``channels`` (others skipped)."""
+    def _next(self) -> tuple[str, dict]:
+        """The next message of this conversation: its ``execute_reply`` on the shell channel
+        or an ``input_request`` on stdin (every other message is skipped)."""
         import zmq
 
         poller = zmq.Poller()
         sockets = {}
-        for name in channels:
+        for name in ("shell", "stdin"):
             sock = getattr(self.client, f"{name}_channel").socket
             poller.register(sock, zmq.POLLIN)
             sockets[sock] = name
