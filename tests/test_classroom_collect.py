@@ -196,8 +196,160 @@ def test_a_forged_timestamp_does_not_make_a_late_submission_on_time(room: Path) 
     result = Result("student2", day, "graded", 8.0, 8.0, submitted_at=at, time_source=source)
     late = late_of(result, rules, 8.0)
     assert abs(late.hours_late - 1) < 1e-6 and late.penalty == 2.0, late  # 1 started hour
-    # the student's own timestamp.txt alone would have said "on time"
+    # the student's own timestamp.txt alone says "on time": it is recorded, never trusted
     at, source = deadlines.submission_time(vetted / f"{day}.ipynb")
     assert source == "nbgrader" and late_of(Result("student2", day, "graded", 8.0, 8.0,
                                                    submitted_at=at, time_source=source),
-                                            rules, 8.0).hours_late == 0
+                                            rules, 8.0).flagged
+
+
+# --------------------------------------------------------------------------- issue 47: times
+# The time recorded is that of the content graded; the record is written before an entry
+# moves on; entries per student are limited; what root keeps is root's alone.
+
+
+def _recorded(room: Path, student: str, day: str):
+    from autograder.core import deadlines
+
+    return deadlines.load_vouched(classroom_loop.received_times(room)).get((student, day))
+
+
+def _write_while_read(monkeypatch, target: Path, held: int, payload: bytes, every: bool):
+    """At the moment collect reads ``target``'s inode, write ``payload`` at its end through
+    ``held`` (a descriptor opened before collect, as a student's background process would):
+    once, or on every read. Returns the list of each write's ctime."""
+    ino, real, done = target.stat().st_ino, os.read, []
+
+    def read(fd, n):
+        data = real(fd, n)
+        if os.fstat(fd).st_ino == ino and (every or not done):
+            os.pwrite(held, payload, os.fstat(held).st_size - len(payload))
+            done.append(os.fstat(held).st_ctime)
+        return data
+
+    monkeypatch.setattr(os, "read", read)
+    return done
+
+
+def test_a_file_written_through_an_old_descriptor_during_collect_counts_as_written(
+        room: Path, monkeypatch) -> None:
+    """Attack: an 8 MiB placeholder submitted on time, held open for writing; the solution
+    is written into it while collect reads it. The old collect took the time before the read
+    (on time) and graded the solution. Now the copy graded and the time recorded agree."""
+    import time
+
+    day = "day04_multi_head_attention"
+    name = f"student1+{day}+{TS}+race"
+    path = submission(room, "student1", name, {f"{day}.ipynb": "p" * (8 << 20)})
+    nb = path / f"{day}.ipynb"
+    planted = nb.stat().st_ctime
+    held = os.open(nb, os.O_WRONLY)
+    try:
+        time.sleep(0.05)   # the write lands on a later clock tick than the placeholder
+        writes = _write_while_read(monkeypatch, nb, held, b"SOLUTION", every=False)
+        assert classroom_loop.vet_inbound(room, day) == []
+        monkeypatch.undo()
+        written = writes[0]
+    finally:
+        os.close(held)
+    graded = classroom_loop.vetted_root(room) / COURSE_ID / "inbound" / name / f"{day}.ipynb"
+    assert graded.read_bytes().endswith(b"SOLUTION")
+    import datetime as dt
+
+    assert written > planted
+    assert _recorded(room, "student1", day) >= dt.datetime.fromtimestamp(written, dt.UTC)
+
+
+def test_a_file_that_keeps_changing_while_collected_is_refused(room: Path,
+                                                               monkeypatch) -> None:
+    day = "day05_positional_encoding"
+    name = f"student1+{day}+{TS}+flux"
+    path = submission(room, "student1", name, {f"{day}.ipynb": "p" * (2 << 20)})
+    held = os.open(path / f"{day}.ipynb", os.O_WRONLY)
+    try:
+        _write_while_read(monkeypatch, path / f"{day}.ipynb", held, b"AGAIN", every=True)
+        problems = classroom_loop.vet_inbound(room, day)
+        monkeypatch.undo()
+    finally:
+        os.close(held)
+    assert len(problems) == 1 and "kept changing while it was collected" in problems[0]
+    assert not (classroom_loop.vetted_root(room) / COURSE_ID / "inbound" / name).exists()
+    assert _recorded(room, "student1", day) is None
+
+
+def test_the_time_is_recorded_before_the_submission_moves_on(room: Path,
+                                                             monkeypatch) -> None:
+    """Attack: collect dies (Ctrl-C) right after an entry reached vetted/; the old record was
+    written only after the loop, so the submission was graded with no record."""
+    day = "day06_encoder_layer"
+    name = f"student2+{day}+{TS}+dies"
+    submission(room, "student2", name, {f"{day}.ipynb": "{}"})
+    real, moved = os.rename, []
+
+    def rename(src, dst, **kw):
+        if moved:
+            raise KeyboardInterrupt
+        real(src, dst, **kw)
+        if dst == name:
+            moved.append(1)  # into vetted/: the next step of collect never runs
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        classroom_loop.vet_inbound(room, day)
+    monkeypatch.undo()
+    assert (classroom_loop.vetted_root(room) / COURSE_ID / "inbound" / name).is_dir()
+    assert _recorded(room, "student2", day) is not None
+    assert stat.S_IMODE(classroom_loop.received_times(room).stat().st_mode) == 0o600
+
+
+def test_entries_per_student_are_limited(room: Path, monkeypatch) -> None:
+    """Attack: hundreds of junk entries made collect slow (42 s for 300). Counted by the
+    entry's owner (a name can be anyone's): the latest 20 are checked, the rest quarantined."""
+    from autograder.classroom import vet
+
+    day, LIMIT = "day07_transformer_classifier", 20     # the documented default
+    inbound = room / "exchange" / COURSE_ID / "inbound"
+
+    def junk():
+        for i in range(LIMIT + 5):
+            who = "student2" if i % 2 else "student1"   # in others' names too
+            os.mkdir(inbound / f"{who}+{day}+{TS}+{i:04d}")
+
+    as_user("student1", junk)
+    submission(room, "student2", f"student2+{day}+{TS}+mine", {f"{day}.ipynb": "{}"})
+    checked = []
+    real = vet._vet
+    monkeypatch.setattr(vet, "_vet", lambda *a, **kw: checked.append(a[2]) or real(*a, **kw))
+    problems = classroom_loop.vet_inbound(room, day)
+    assert len(checked) == LIMIT + 1, checked
+    assert f"student2+{day}+{TS}+mine" in checked     # another's flood costs them nothing
+    over = [p for p in problems if "more submissions than the" in p]
+    assert over == [f"student1: 5 more submissions than the {LIMIT} checked per "
+                    "collect; the earliest were quarantined unchecked"], problems
+    assert not [n for n in os.listdir(inbound) if f"+{day}+" in n]
+
+
+def test_what_root_keeps_is_roots_alone(room: Path) -> None:
+    """Attack: the original kept in received/ stayed writable through a descriptor held from
+    before collect (40 MiB written after it). Root keeps its own copy; the student's inode
+    is in nothing root keeps."""
+    day = "day08_mnist_as_sequences"
+    name = f"student1+{day}+{TS}+keep"
+    path = submission(room, "student1", name, {f"{day}.ipynb": "{}"})
+    held = os.open(path / f"{day}.ipynb", os.O_WRONLY)
+    try:
+        before = set(os.listdir(room / "received")) if (room / "received").is_dir() else set()
+        assert classroom_loop.vet_inbound(room, day) == []
+        os.pwrite(held, b"x" * (1 << 20), 0)       # after collect, through the old descriptor
+        ino, links = os.fstat(held).st_ino, os.fstat(held).st_nlink
+    finally:
+        os.close(held)
+    new = sorted({p.name for p in (room / "received").iterdir()} - before)
+    assert len(new) == 2 and (room / "received" / new[1]).read_text().startswith(name), new
+    kept = room / "received" / new[0]
+    assert links == 0                       # the student's inode was removed
+    for p in [kept, *kept.rglob("*")]:
+        st = p.lstat()
+        assert st.st_uid == 0 and st.st_ino != ino, p
+        assert stat.S_IMODE(st.st_mode) == (0o700 if p.is_dir() else 0o600), p
+    assert (kept / f"{day}.ipynb").read_text() == "{}"

@@ -30,7 +30,7 @@ def rules(tmp_path: Path, late: str = "", extra: str = "") -> deadlines.Deadline
     return deadlines.load(f, ROOT)
 
 
-def result(at: dt.datetime | None, source: str = "nbgrader", student: str = "ada",
+def result(at: dt.datetime | None, source: str = "lms", student: str = "ada",
            score: float = 10.0) -> Result:
     return Result(student, DAY, "graded", score, 10.0,
                   submitted_at=at.isoformat() if at else "", time_source=source)
@@ -134,9 +134,9 @@ def test_an_lms_zip_gives_each_submission_its_attempt_time(tmp_path):
     with zipfile.ZipFile(zpath, "w") as zf:
         zf.writestr(f"day03_ada_attempt_2027-01-12-01-30-00_{DAY}.ipynb", "{}")
         zf.writestr(f"day03_ada_attempt_2027-01-11-20-00-00_{DAY}.ipynb", "{}")
-    subs = unzip_submissions(zpath, tmp_path / "out", [DAY])
-    nb = subs / "ada" / DAY / f"{DAY}.ipynb"
-    assert deadlines.submission_time(nb, lms=True) == ("2027-01-12T01:30:00+00:00", "lms")
+    times = {}
+    unzip_submissions(zpath, tmp_path / "out", [DAY], times=times)
+    assert times == {("ada", DAY): dt.datetime(2027, 1, 12, 1, 30, tzinfo=dt.UTC)}
 
 
 def test_grade_records_each_submissions_time(tmp_path, monkeypatch):
@@ -162,7 +162,8 @@ def test_grade_records_each_submissions_time(tmp_path, monkeypatch):
     got = pipeline.grade(ROOT, subs, days=[DAY], results_dir=out, sandbox=False,
                          runner=runner, vouched=vouched)
     by = {r.student: (r.submitted_at, r.time_source) for r in got}
-    assert by == {"ada": ("2027-01-12T00:30:00+00:00", "nbgrader"),
+    # with the classroom's record, one it lacks is "unrecorded" (its own claim kept, not trusted)
+    assert by == {"ada": ("2027-01-12T00:30:00+00:00", "unrecorded"),
                   "bob": ("2027-01-11T12:00:00+00:00", "classroom")}
     (subs / "ada" / DAY / "timestamp.txt").write_text("2027-01-11 00:30:00 UTC")
     again = pipeline.grade(ROOT, subs, days=[DAY], results_dir=out, sandbox=False,
@@ -248,3 +249,96 @@ def test_find_uses_the_grading_folders_file(tmp_path):
     assert deadlines.find(tmp_path, ROOT).due[DAY] == DUE
     with pytest.raises(PipelineError, match="no such deadlines file"):
         deadlines.find(tmp_path, ROOT, tmp_path / "nope.toml")
+
+
+# --------------------------------------------------------------------------- issue 47: times
+# A submission's time is one the student could not write.
+
+
+@pytest.fixture
+def grade_quietly(tmp_path, monkeypatch):
+    """pipeline.grade with a runner that pays every submission 8/8 (no kernel)."""
+    from autograder.grading import pipeline, template
+
+    monkeypatch.setenv("TFS_GRADING_CACHE", str(tmp_path / "grading-cache"))
+    monkeypatch.setattr(template, "template_cache", lambda root, days: tmp_path / "template")
+
+    def runner(template, jobs):
+        for j in jobs:
+            yield Result(j["student"], j["day"], "graded", 8.0, 8.0, key=j["key"]).to_json()
+
+    def grade(subs: Path, **kw) -> dict[str, tuple[str, str]]:
+        got = pipeline.grade(ROOT, subs, days=[DAY], sandbox=False, runner=runner, **kw)
+        return {r.student: (r.submitted_at, r.time_source) for r in got}
+
+    return grade
+
+
+def test_each_file_of_an_lms_zip_keeps_its_own_attempt_time(tmp_path, grade_quietly):
+    """Attack: alice's only attempt is 9 days late, bob's on time; the old unzip wrote the
+    last parsed attempt's time (bob's) for everyone, and alice was paid 8/8, 0 h late."""
+    zpath = tmp_path / "lms.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr(f"day03_alice_attempt_2027-01-20-23-00-00_{DAY}.ipynb", "{}")
+        zf.writestr(f"day03_bob_attempt_2027-01-11-20-00-00_{DAY}.ipynb", "{}")
+    by = grade_quietly(zpath)
+    assert by == {"alice": ("2027-01-20T23:00:00+00:00", "lms"),
+                  "bob": ("2027-01-11T20:00:00+00:00", "lms")}
+    r = rules(tmp_path, 'policy = "cutoff"\ncutoff = "72h"')
+    alice = late(r, Result("alice", DAY, "graded", 8.0, 8.0, submitted_at=by["alice"][0],
+                           time_source="lms"))
+    assert alice.after == 0.0 and alice.hours_late > 9 * 24 - 1, alice
+    assert late(r, Result("bob", DAY, "graded", 8.0, 8.0, submitted_at=by["bob"][0],
+                          time_source="lms")).hours_late == 0
+
+
+def test_a_timestamp_txt_the_student_wrote_counts_only_when_trusted(tmp_path, grade_quietly):
+    """Attack: nbgrader's folder layout, a timestamp.txt claiming 2 days before the notebook
+    was written (and before the due date); it was trusted (source nbgrader, no flag)."""
+    nb = tmp_path / "subs" / "ada" / DAY / f"{DAY}.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text("{}")
+    written = (DUE + dt.timedelta(days=1)).timestamp()
+    os.utime(nb, (written, written))
+    (nb.parent / "timestamp.txt").write_text("2027-01-10 23:00:00 UTC")
+    at, source = grade_quietly(tmp_path / "subs")["ada"]
+    assert (at, source) == ("2027-01-10T23:00:00+00:00", "nbgrader")
+    res = result(dt.datetime.fromisoformat(at), source)
+    flagged = late(rules(tmp_path, 'policy = "cutoff"\ncutoff = "0h"'), res)
+    assert flagged.flagged and "no trustworthy submission time" in flagged.note
+    assert "timestamp.txt" in flagged.note
+    trusting = rules(tmp_path, 'policy = "cutoff"\ncutoff = "0h"\ntrust_file_times = true')
+    assert late(trusting, res).hours_late == 0  # the instructor said so
+
+
+def test_a_timestamp_txt_inside_an_lms_zip_is_never_the_lms_time(tmp_path, grade_quietly):
+    """The zip's own layout form can carry a student-written timestamp.txt (and a forged
+    name part); only an LMS file name's attempt time is the LMS's."""
+    zpath = tmp_path / "lms.zip"
+    late_entry = (2027, 1, 20, 12, 0, 0)
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr(zipfile.ZipInfo(f"submitted/alice/{DAY}/{DAY}.ipynb", late_entry), "{}")
+        zf.writestr(f"submitted/alice/{DAY}/timestamp.txt", "2027-01-01 00:00:00 UTC")
+        zf.writestr(f"submitted/alice/{DAY}/lms-times.json", '{"alice": {}}')
+        zf.writestr(f"day03_bob_attempt_2027-01-21-00-00-00_{DAY}.ipynb", "{}")
+        zf.writestr(f"submitted/bob/{DAY}/timestamp.txt", "2027-01-01 00:00:00 UTC")
+    by = grade_quietly(zpath)
+    assert by["alice"] == ("2027-01-20T12:00:00+00:00", "file")
+    assert by["bob"] == ("2027-01-21T00:00:00+00:00", "lms")
+    r = rules(tmp_path, 'policy = "cutoff"\ncutoff = "0h"')
+    assert late(r, result(dt.datetime.fromisoformat(by["alice"][0]), "file")).flagged
+    assert late(r, result(dt.datetime.fromisoformat(by["bob"][0]), "lms")).after == 0.0
+
+
+def test_a_submission_the_classroom_did_not_record_is_never_trusted(tmp_path, grade_quietly):
+    """With the classroom's record (--submission-times), a submission it lacks (a collect
+    that died) is 'unrecorded': flagged even with trust_file_times."""
+    nb = tmp_path / "subs" / "ada" / DAY / f"{DAY}.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text("{}")
+    (nb.parent / "timestamp.txt").write_text("2027-01-11 19:44:00 UTC")
+    at, source = grade_quietly(tmp_path / "subs", vouched={})["ada"]
+    assert source == "unrecorded" and at == "2027-01-11T19:44:00+00:00"
+    trusting = rules(tmp_path, 'policy = "cutoff"\ncutoff = "0h"\ntrust_file_times = true')
+    x = late(trusting, result(dt.datetime.fromisoformat(at), source))
+    assert x.flagged and "collect recorded none" in x.note

@@ -19,19 +19,23 @@ read the file again. The file (default ``<grading folder>/deadlines.toml``, or
     floor = 0.5                    # per-hour/per-day: never below this share of the raw points
     cutoff = "72h"                 # optional ("cutoff": required, "0h" allowed): later than the
                                    #   due date plus this earns nothing
-    trust_file_times = false       # true: a file's modification time counts as its time
+    trust_file_times = false       # true: what the student's side wrote counts (the
+                                   #   folder's timestamp.txt, else the file's mtime)
 
     [extensions]                   # per student and day: a new due date, or "+48h" / "+2d"
     alice = { day03 = "2027-01-15 23:59" }
     bob = { day05 = "+48h" }
 
-A submission's time comes, in this order, from a time the course itself vouches for (the
-classroom's collect: :mod:`autograder.classroom.vet` records when each submission reached the
-exchange, ``--submission-times``), nbgrader's ``timestamp.txt`` in the submission's folder
-(written by ``nbgrader submit``, or by ``grade`` from an LMS zip's attempt time), else the
-notebook file's modification time. A file's time is recorded but counts only with
-``trust_file_times``: a submission without a trustworthy time is flagged and pays its raw
-points, never guessed late or on time.
+A submission's time comes from a time the course itself vouches for: the classroom's collect
+(:mod:`autograder.classroom.vet` records when each submission reached the exchange,
+``--submission-times``; source ``classroom``) or an LMS zip's ``_attempt_<time>_``, which the
+LMS wrote (:func:`autograder.grading.collect.unzip_submissions` hands it over in memory; source
+``lms``). Else what the student's side wrote is recorded: the folder's ``timestamp.txt``
+(source ``nbgrader``: ``nbgrader submit`` runs as the student, who can write any time there),
+else the notebook file's modification time (``file``). Those two count only with
+``trust_file_times``. With ``--submission-times``, a submission the record lacks gets source
+``unrecorded`` and never counts. A submission without a trustworthy time is flagged and pays
+its raw points, never guessed late or on time.
 """
 
 from __future__ import annotations
@@ -49,9 +53,10 @@ from autograder.core.course import PipelineError, resolve_days
 
 FILE_NAME = "deadlines.toml"
 POLICIES = ("none", "per-hour", "per-day", "cutoff")
-TRUSTED_SOURCES = ("classroom", "nbgrader", "lms")
+TRUSTED_SOURCES = ("classroom", "lms")          # written by the course or the LMS
+STUDENT_SOURCES = ("nbgrader", "file")          # written on the student's side
 SOURCE_WORDS = {"classroom": "when the classroom received it",
-                "nbgrader": "nbgrader's timestamp", "lms": "the LMS's attempt time",
+                "nbgrader": "the submission's timestamp.txt", "lms": "the LMS's attempt time",
                 "file": "the file's modification time"}
 DURATION = re.compile(r"\+?\s*(?P<n>\d+(\.\d+)?)\s*(?P<unit>h|d)")
 MAX_TIMESTAMP_BYTES = 4096
@@ -256,26 +261,30 @@ def parse_timestamp(text: str) -> dt.datetime | None:
 
 
 def submission_time(notebook: Path | None, vouched: dt.datetime | None = None,
-                    lms: bool = False) -> tuple[str, str]:
+                    vouched_by: str = "classroom", recorded_only: bool = False
+                    ) -> tuple[str, str]:
     """``(time, source)`` of one submission: the time as ISO 8601 (UTC) and where it came
-    from (``classroom``, ``nbgrader``, ``lms``, ``file``; ``unreadable`` when the folder's
-    ``timestamp.txt`` does not parse; ``""`` with no notebook). ``vouched``: a time the course
-    itself recorded; ``lms``: ``timestamp.txt`` was written from an LMS zip's attempt time."""
+    from (see the module docstring: ``classroom``, ``lms``, ``nbgrader``, ``file``,
+    ``unrecorded``; ``unreadable`` when the folder's ``timestamp.txt`` does not parse; ``""``
+    with no notebook). ``vouched``: a time the course or the LMS recorded, whose source is
+    ``vouched_by``. ``recorded_only``: without ``vouched``, the time the student's side
+    claims (``timestamp.txt``, else the file's) is returned with source ``unrecorded``."""
     if vouched is not None:
-        return vouched.astimezone(dt.UTC).isoformat(), "classroom"
+        return vouched.astimezone(dt.UTC).isoformat(), vouched_by
     if notebook is None:
         return "", ""
     text = _read_small(notebook.parent / "timestamp.txt")
     if text is not None:
         t = parse_timestamp(text)
         if t is None:
-            return "", "unreadable"
-        return t.astimezone(dt.UTC).isoformat(), "lms" if lms else "nbgrader"
+            return "", "unrecorded" if recorded_only else "unreadable"
+        return t.astimezone(dt.UTC).isoformat(), "unrecorded" if recorded_only else "nbgrader"
     try:
         mtime = os.stat(notebook, follow_symlinks=False).st_mtime
     except OSError:
-        return "", ""
-    return dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat(), "file"
+        return "", "unrecorded" if recorded_only else ""
+    return (dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat(),
+            "unrecorded" if recorded_only else "file")
 
 
 def load_vouched(path: Path) -> dict[tuple[str, str], dt.datetime]:
@@ -316,17 +325,20 @@ def assess(deadlines: Deadlines, student: str, day: str, raw: float, submitted_a
     Late by ``h`` hours past the (extended) due date: ``per-hour`` loses ``penalty`` of the
     raw points per started hour, ``per-day`` per started 24 hours, never below ``floor`` of
     them; past ``cutoff`` hours, every policy pays nothing. A result without a trustworthy
-    time (no time, an unreadable one, a file's time without ``trust_file_times``) pays its
-    raw points and is flagged (``hours_late`` None)."""
+    time (no time, an unreadable one, one the collect did not record, a student-side time
+    without ``trust_file_times``) pays its raw points and is flagged (``hours_late`` None)."""
     due = deadlines.due_for(student, day)
     if due is None:
         return Late(raw, note="no due date")
-    trusted = source in TRUSTED_SOURCES or (source == "file" and deadlines.trust_file_times)
+    trusted = source in TRUSTED_SOURCES or (source in STUDENT_SOURCES and
+                                            deadlines.trust_file_times)
     submitted = parse_timestamp(submitted_at) if submitted_at else None
     if submitted is None or not trusted:
         why = {"unreadable": "its timestamp.txt does not parse",
-               "file": "only the file's modification time is known"}.get(source,
-                                                                          "no time recorded")
+               "nbgrader": "only the timestamp.txt the student's side wrote is known",
+               "file": "only the file's modification time is known",
+               "unrecorded": "the classroom's collect recorded none for it"
+               }.get(source, "no time recorded")
         return Late(raw, hours_late=None, due=due, submitted=submitted,
                     note=f"no trustworthy submission time ({why}): check it by hand")
     hours = (submitted - due).total_seconds() / 3600

@@ -13,8 +13,12 @@ name) then ``_<student_id>``, or ``<assignment>_<student_id>`` with one undersco
 else is ambiguous: reported and left ungraded. The day is read from the assignment part,
 else from the notebook's graded cells. Of several attempts of one student and day, the latest
 timestamp is kept (the others are reported); two with the same timestamp are both left out.
-The kept attempt's timestamp goes to ``timestamp.txt`` beside it (read as UTC), as nbgrader's
-``zip_collect`` does; a file without one keeps the zip entry's time as its modification time.
+The kept attempt's own timestamp goes to ``timestamp.txt`` beside it (read as UTC), as
+nbgrader's ``zip_collect`` does, and to the ``times`` the caller passes: the LMS wrote that time,
+the student did not, so grading takes it from ``times`` (a record no file in the zip can
+supply), never from a ``timestamp.txt`` in the extracted folders. A ``timestamp.txt`` inside the
+zip (its layout form, ``submitted/alice/day03/timestamp.txt``) is never copied; a file without an
+attempt time keeps the zip entry's time as its modification time (a file's time).
 """
 
 from __future__ import annotations
@@ -80,11 +84,16 @@ def _day_of(path: Path, name: str, days: list[str]) -> str | None:
 
 
 def unzip_submissions(zip_path: Path, out: Path, days: list[str],
-                      problems: list[str] | None = None) -> Path:
+                      problems: list[str] | None = None,
+                      times: dict | None = None) -> Path:
     """Extract ``zip_path`` into ``out`` in the submissions layout; returns the folder.
 
     Files that cannot be filed unambiguously are appended to ``problems`` (and not graded).
+    ``times`` gets ``{(student, day): aware UTC datetime}``: each kept LMS file's own attempt
+    time (none for a file in the layout form, or whose attempt time does not parse).
     """
+    from autograder.core.deadlines import parse_timestamp
+
     problems = problems if problems is not None else []
     raw = out / "raw"
     with zipfile.ZipFile(zip_path) as zf:
@@ -138,14 +147,17 @@ def unzip_submissions(zip_path: Path, out: Path, days: list[str],
             if stamp < old_stamp:
                 continue
         chosen[key] = (stamp, nb, fname)
-    for (student, day), (_, nb, fname) in sorted(chosen.items()):
+    for (student, day), (stamp, nb, fname) in sorted(chosen.items()):
         if (student, day) in tied:
             continue
         dest = subs / student / day / Path(fname).name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(nb, dest)
-        if stamp:  # as nbgrader's zip_collect does: the attempt time is the submission's
+        if stamp:  # as nbgrader's zip_collect does: this file's attempt time is its time
             (dest.parent / "timestamp.txt").write_text(stamp + "\n", encoding="utf-8")
+            when = parse_timestamp(stamp)
+            if times is not None and when is not None:
+                times[(student, day)] = when
     return subs
 
 

@@ -162,25 +162,33 @@ def grade(
     ``secret``: the key every hidden check's inputs are derived from, with each submission
     (default: :func:`grading_secret`, the grader's own, kept; ``selfcheck`` draws one per run).
     ``vouched``: {(student, day): aware datetime} the course itself recorded (the classroom's
-    ``received-times.json``); each result records its submission's time and source
+    ``received-times.json``; a submission it lacks is ``unrecorded``); from an LMS zip, each
+    file's own attempt time (``lms``); each result records its submission's time and source
     (:func:`autograder.core.deadlines.submission_time`), read by the host, never the kernel.
     """
     from autograder.core.deadlines import submission_time
 
     days = resolve_days(root, days)
-    from_lms = False
+    lms_times = None
     if work is None:
         if submissions.suffix == ".zip" and submissions.is_file():
-            from_lms = True
             from autograder.grading.collect import unzip_submissions
 
+            lms_times = {}   # the LMS's attempt times, in memory: no file in the zip is read
             tmp_subs = Path(tempfile.mkdtemp(prefix="tfs-unzip-"))
-            submissions = unzip_submissions(submissions, tmp_subs, days, collect_problems)
+            submissions = unzip_submissions(submissions, tmp_subs, days, collect_problems,
+                                            lms_times)
         work = discover(submissions, days, students)
     days = sorted({d for _, d, _ in work})
-    vouched = vouched or {}
-    times = {(s, d): submission_time(p, vouched.get((s, d)), lms=from_lms)
-             for s, d, p in work}
+    # A time the course or the LMS recorded wins; with the classroom's record, a submission
+    # it lacks is "unrecorded" (never trusted, whatever its timestamp.txt says).
+    def when(s: str, d: str, p: Path | None) -> tuple[str, str]:
+        if vouched and (s, d) in vouched:
+            return submission_time(p, vouched[(s, d)], "classroom")
+        return submission_time(p, (lms_times or {}).get((s, d)), "lms",
+                               recorded_only=vouched is not None)
+
+    times = {(s, d): when(s, d, p) for s, d, p in work}
     sandboxed = sandbox_mode(sandbox)
     settings = _settings(sandboxed, limits, tamper)
     hide = [str(Path(submissions).resolve())] if submissions else []
