@@ -1,5 +1,6 @@
-# One command per job. `make demo` builds the course and grades sample submissions;
+# One command per job. `make demo` grades sample submissions of the committed course;
 # `make test` runs the whole test suite; `make classroom` runs the course on a JupyterHub. Both create .venv on first use.
+# No target writes the learner's notebooks/ (`make lab` only adds days it lacks).
 #
 # The interpreter: PYTHON=/path/to/python if given, else the first of PY_CANDIDATES that runs
 # and is a Python from PY_MIN to PY_MAX (pyproject.toml's requires-python; tests/test_packaging.py
@@ -40,8 +41,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Grades the committed solutions/ and release/ (check-sync proves them current): it rebuilds
+# nothing, and never touches the learner's notebooks/.
 demo: $(STAMP)
-	$(PY) -m autograder build
 	$(PY) -m autograder demo
 
 test: $(STAMP)
@@ -65,8 +67,12 @@ site/node_modules/.package-lock.json: site/package-lock.json
 	  "(Debian/Ubuntu: apt-get install nodejs npm)" >&2; exit 1; }
 	cd site && npm ci --no-audit --no-fund
 
+# The learner's own folder (LAB_DIR, default notebooks/, ignored by git): each day is copied from
+# release/ once; a newer version of a day is put beside the learner's, never over it.
+LAB_DIR ?= notebooks
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=release
+	$(PY) -m autograder workspace --dir '$(LAB_DIR)'
+	$(VENV)/bin/jupyter lab --notebook-dir='$(LAB_DIR)'
 
 build: $(STAMP)
 	$(PY) -m autograder build

@@ -17,6 +17,7 @@ Commands:
     author F NB  turn a plain-text notebook (format: docs/authors.md) into a source notebook
     selfcheck NB grade one learner notebook with the hidden tests, offline (notebook untouched)
     progress     the 14 days with the points of each day's latest self-check
+    workspace    make or update the learner's own folder of notebooks (never overwrites)
     classroom    run the course on a JupyterHub: start, stop; release, collect, grade, return DAY
 """
 
@@ -38,6 +39,18 @@ from autograder.core.course import PipelineError
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, default=None,
                    help="course folder (default: found from cwd)")
+
+
+def _cmd_workspace(args: argparse.Namespace) -> int:
+    from autograder.grading import pipeline
+    from autograder.selfcheck import workspace
+
+    root = pipeline.find_root(args.root)
+    folder = args.dir if args.dir.is_absolute() else root / args.dir
+    for line in workspace.sync(root, folder):
+        print(line)
+    print(f"your notebooks: {folder} (nothing there is ever overwritten)")
+    return 0
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -192,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     _add_common(p)
     p.add_argument("--day", action="append", help="only this day (repeatable)")
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("workspace", help="make or update your own folder of notebooks "
+                       "from release/ (never overwrites a file)")
+    _add_common(p)
+    p.add_argument("--dir", type=Path, default=Path("notebooks"),
+                   help="the folder (default: notebooks/ in the course folder)")
+    p.set_defaults(func=_cmd_workspace)
 
     p = sub.add_parser("check-sync", help="fail if release/ or solutions/ differ from source/")
     _add_common(p)

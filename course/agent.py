@@ -57,7 +57,8 @@ def _ref(obj: Any) -> dict:
 
 # What the judge may ask the kernel to make (:func:`course.checking.in_kernel`): public
 # probes and stand-ins of the course, PyTorch's layers, optimizers and schedulers, generators.
-MAKEABLE_MODULES = ("course.probes", "course.standins", "torch.nn", "torch.optim")
+MAKEABLE_MODULES = ("course.probes", "course.references", "course.standins", "torch.nn",
+                    "torch.optim")
 MAKEABLE = {"torch._C.Generator": "torch.Generator"}
 
 

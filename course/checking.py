@@ -126,9 +126,9 @@ def in_kernel(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     A check hands the learner's function objects it made (an optimizer over a model's
     parameters, a random generator, a probe model). In grading the learner's code runs in
     another process, so the judge asks that process to make the object (``factory`` must
-    be a public class or function of ``course.probes``, ``course.standins``, ``torch.nn``
-    or ``torch.optim``, or ``torch.Generator``) and gets back a proxy of it. Without a judge
-    this is a plain call.
+    be a public class or function of ``course.probes``, ``course.references``,
+    ``course.standins``, ``torch.nn`` or ``torch.optim``, or ``torch.Generator``) and gets
+    back a proxy of it. Without a judge this is a plain call.
     """
     if KERNEL_MAKE is None:
         return factory(*args, **kwargs)

@@ -23,10 +23,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from course.checking import CheckFailure
+from course.references import (  # noqa: F401 - the judge's references, made where checks use them
+    ReferenceRNNForward,
+    ReferenceSequenceClassifier,
+    ReferenceSoftmax,
+    reference_fit,
+)
 
 __all__ = ["ActivationProbe", "BatchQueue", "BrokenForward", "CachedLM", "ConstantLoss",
-           "DropoutProbe", "FixedLogits", "GlobalSwapped", "ReferenceRNNForward",
-           "ReferenceSoftmax", "RepeatedBatch", "StepTable",
+           "DropoutProbe", "FeedForwardBlock", "FixedLogits", "GlobalSwapped",
+           "RepeatedBatch", "StepTable",
            "hook_count", "predict", "seeded", "seeded_generator", "step_schedule",
            "GradientProbe", "LogitsOnly", "Probe", "Recorder", "TrainingProbe"]
 
@@ -122,7 +128,13 @@ class ActivationProbe(Probe):
         return h
 
 
-class _FeedForward(nn.Module):
+class FeedForwardBlock(nn.Module):
+    """Day 6's feed-forward contract, ``linear1`` (d_model -> d_ff), GELU, ``linear2``:
+    what Day 6's hidden tests put in a learner's layer in place of a FeedForward that failed
+    its own test (the stand-in of Day 6 is not in Day 6's kernel). (..., d_model) ->
+    (..., d_model). A learner's answer cell that reaches it earns nothing for its exercise
+    (:func:`autograder.judge.internals_review`)."""
+
     def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
@@ -138,7 +150,8 @@ class FeedForwardProbe(Probe):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ffn1, self.ffn2, self.head = _FeedForward(6, 10), _FeedForward(6, 8), nn.Linear(6, 3)
+        self.ffn1, self.ffn2 = FeedForwardBlock(6, 10), FeedForwardBlock(6, 8)
+        self.head = nn.Linear(6, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.ffn2(x + self.ffn1(x)))
@@ -296,37 +309,6 @@ def predict(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     param = next(iter(model.parameters()), None)
     out = model(x.to(param.device) if param is not None else x)
     return out.cpu() if isinstance(out, torch.Tensor) else out
-
-
-class ReferenceSoftmax:
-    """``torch.softmax(x, dim)`` as a plain callable: what the judge puts in the place of a
-    learner's ``softmax`` while it grades a function that calls it (:class:`GlobalSwapped`),
-    so that a wrong softmax costs the softmax exercise alone."""
-
-    def __call__(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        return torch.softmax(x, dim=dim)
-
-
-class ReferenceRNNForward:
-    """Day 1's ``rnn_forward(x, h0, W_xh, W_hh, b_h) -> (outputs, h_last)`` computed by
-    ``torch.nn.RNN`` (tanh, the same weights: it stores them transposed), differentiable with
-    respect to ``x``. What the judge puts in the place of a learner's ``rnn_forward`` while it
-    grades ``gradient_norms_through_time`` (:class:`GlobalSwapped`).
-
-    Shapes: x (B, T, d_in), h0 (B, d_h), W_xh (d_in, d_h), W_hh (d_h, d_h), b_h (d_h,);
-    outputs (B, T, d_h), h_last (B, d_h).
-    """
-
-    def __call__(self, x, h0, W_xh, W_hh, b_h):
-        d_in, d_h = W_xh.shape
-        rnn = nn.RNN(d_in, d_h, batch_first=True, dtype=x.dtype)
-        with torch.no_grad():
-            rnn.weight_ih_l0.copy_(W_xh.T)
-            rnn.weight_hh_l0.copy_(W_hh.T)
-            rnn.bias_ih_l0.copy_(b_h)
-            rnn.bias_hh_l0.zero_()
-        outputs, h_n = rnn(x, h0.unsqueeze(0))           # (B, T, d_h), (1, B, d_h)
-        return outputs, h_n.squeeze(0)
 
 
 class GlobalSwapped:

@@ -16,9 +16,23 @@ from autograder.core.course import list_days, resolve_days
 from autograder.core.nbgrader import generate
 
 
-def build(root: Path, days: list[str] | None = None, progress=None) -> list[str]:
-    """Generate ``release/`` and ``solutions/`` from ``source/`` in place. Returns the days."""
+def build(root: Path, days: list[str] | None = None, progress=None,
+          say=print) -> list[str]:
+    """Generate ``release/`` and ``solutions/`` from ``source/`` in place. Returns the days.
+
+    A release notebook a learner worked in (it has outputs: the course's have none) is first
+    kept in the learner's folder (:func:`autograder.selfcheck.workspace.rescue`), with a line
+    from ``say``: nothing a learner wrote is deleted.
+    """
+    from autograder.selfcheck import workspace
+
     days = resolve_days(root, days)
+    for day in days:
+        for nb in sorted((root / "release" / day).glob("*.ipynb")):
+            if workspace.edited(nb):
+                kept = workspace.rescue(nb, root / workspace.DEFAULT)
+                say(f"{nb.relative_to(root)} holds your work: kept as {kept} before "
+                    "release/ is rebuilt (work in notebooks/: `make lab` opens it)")
     for top in ("release", "solutions"):
         for day in days:
             shutil.rmtree(root / top / day, ignore_errors=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from autograder.core.nbgrader import CONFIG_FILE
 
-STATUSES = ("graded", "missing", "unreadable", "timeout", "memory-limit", "kernel-died",
-            "tampered", "environment-error")
+STATUSES = ("graded", "missing", "unreadable", "rejected", "timeout", "memory-limit",
+            "kernel-died", "tampered", "environment-error")
 
 
 @dataclass
@@ -36,6 +36,9 @@ class Result:
 
     ``status`` is one of :data:`STATUSES`. ``score`` is what the tests that ran earned, also
     for timeout/memory-limit/kernel-died/tampered (the status says why it needs a look).
+    ``rejected``: the submission's content kept it from being graded (its size, or nbgrader
+    failing on it while the day's blank notebook grades on the same machine); it counts 0
+    and ``detail`` says why in one line. ``environment-error`` is only the machine's fault.
     """
 
     student: str

@@ -8,7 +8,9 @@ worker it sets up its course folder once and keeps its fork server, with PyTorch
 warm, so a cluster grades at the local pool's speed per core. A separate process because a
 Dask worker is a daemon and cannot own a process pool, and so that a crash or a hang never
 takes the Dask worker down: a grading process that dies is replaced and its job tried once
-more, one past the hard deadline is killed, and all of them stop with their worker
+more (dead again, the day's answer key is graded in a fresh one: if it grades, the job gets
+``kernel-died``, else ``environment-error``; :func:`autograder.grading.preflight.after_death`),
+one past the hard deadline is killed, and all of them stop with their worker
 (:class:`GraderPlugin`; each also watches its parent). A Dask worker that is lost mid-task has its
 task run again elsewhere by the scheduler; each submission still yields one result. Dask
 workers need the course installed (``pip install -e .``) and, for the sandbox, bubblewrap.
@@ -164,8 +166,10 @@ class GraderPlugin(WorkerPlugin):
 def remote_grade(job: dict, blob: bytes) -> dict:
     """A Dask task: grade one submission on this worker machine, in a grading process kept
     warm between tasks (:class:`_Grader`). A process that dies is replaced and the job
-    tried once more; one past the deadline is killed (status ``timeout``)."""
+    tried once more, then the machine's control decides whose fault it was; one past the
+    deadline is killed (status ``timeout``)."""
     from autograder.core.records import Result
+    from autograder.grading import preflight
 
     base = _unpacked(blob)
     job = dict(job)
@@ -180,31 +184,45 @@ def remote_grade(job: dict, blob: bytes) -> dict:
         job["path"] = str(path)
     hard = job["settings"]["limits"]["notebook_timeout"] + 240
     key = (str(base), bool(job["settings"].get("sandbox")))
+
+    def attempt(one: dict) -> dict:
+        """``one``'s result; raises TimeoutError or EOFError (the process is then gone)."""
+        with _LOCK:
+            idle = _IDLE.setdefault(key, [])
+            grader = idle.pop() if idle else None
+        if grader is None:
+            grader = _Grader(base)
+        try:
+            data = grader.grade(one, hard)
+        except EOFError:
+            attempt.code = grader.proc.poll()
+            grader.close(kill=True)
+            raise
+        except TimeoutError:
+            grader.close(kill=True)
+            raise
+        with _LOCK:
+            _IDLE.setdefault(key, []).append(grader)
+        return data
+
     try:
         for _attempt in range(2):
-            with _LOCK:
-                idle = _IDLE.setdefault(key, [])
-                grader = idle.pop() if idle else None
-            if grader is None:
-                grader = _Grader(base)
             try:
-                data = grader.grade(job, hard)
+                return attempt(job)
             except TimeoutError:
-                grader.close(kill=True)
-                why, status = (f"grading took longer than {hard} s on the Dask worker; its "
-                               "grading process was stopped", "timeout")
-                break
+                return Result(job["student"], job["day"], "timeout", 0.0,
+                              job.get("total", 0.0), detail=f"grading took longer than {hard}"
+                              " s on the Dask worker; its grading process was stopped",
+                              key=job.get("key", "")).to_json()
             except EOFError:
-                code = grader.proc.poll()
-                grader.close(kill=True)
-                why, status = (f"the grading process on the Dask worker died (exit code "
-                               f"{code}) twice", "environment-error")
                 continue
-            with _LOCK:
-                _IDLE.setdefault(key, []).append(grader)
-            return data
-        return Result(job["student"], job["day"], status, 0.0, job.get("total", 0.0),
-                      detail=why, key=job.get("key", "")).to_json()
+        why = (f"the grading process on the Dask worker died (exit code {attempt.code}) "
+               "twice on this notebook")
+        try:  # dead twice: the machine's control, in a fresh grading process
+            control = attempt(preflight.control_job(job["day"], job["settings"]))
+        except (TimeoutError, EOFError):
+            control = None
+        return preflight.after_death(job, why, control)
     finally:
         if holder is not None:
             shutil.rmtree(holder, ignore_errors=True)
@@ -259,12 +277,12 @@ def grade_on_cluster(address: str, template: Path, todo: list[dict],
                      connect_timeout: float = 30) -> Iterator[dict]:
     """Submit every job to the Dask scheduler at ``address``; yield results as they finish.
 
-    A task that fails (worker lost, unpicklable error...) yields an environment-error result.
+    A task that fails twice (worker lost, unpicklable error...) yields the result that the
+    day's answer key, graded on the cluster next, decides (:func:`_after_lost_task`).
     """
     from distributed import Client, as_completed
 
     from autograder.core.course import PipelineError
-    from autograder.core.records import Result
 
     try:
         client = Client(address, timeout=connect_timeout)
@@ -284,12 +302,25 @@ def grade_on_cluster(address: str, template: Path, todo: list[dict],
             try:
                 yield fut.result()
             except Exception as exc:  # noqa: BLE001 - one lost task is one status
-                yield Result(job["student"], job["day"], "environment-error", 0.0,
-                             job.get("total", 0.0),
-                             detail=f"the Dask task failed: {type(exc).__name__}: {exc}",
-                             key=job.get("key", "")).to_json()
+                yield _after_lost_task(client, blob, job, exc)
     finally:
         client.close()
+
+
+def _after_lost_task(client, blob, job: dict, exc: Exception) -> dict:
+    """The result of ``job`` whose task failed (``exc``, after the scheduler's retry): the
+    day's answer key is graded on the cluster; if it grades, the notebook took its workers
+    down (``kernel-died``), else the cluster failed (``environment-error``)."""
+    from autograder.grading import preflight
+
+    why = f"the Dask task failed: {type(exc).__name__}: {preflight.one_line(exc, 300)}"
+    control_job = preflight.control_job(job["day"], job["settings"])
+    try:
+        control = client.submit(remote_grade, control_job, blob, pure=False).result(
+            timeout=job["settings"]["limits"]["notebook_timeout"] + 300)
+    except Exception:  # noqa: BLE001 - the cluster cannot grade the control either
+        control = None
+    return preflight.after_death(job, why, control)
 
 
 if __name__ == "__main__":

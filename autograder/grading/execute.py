@@ -197,10 +197,13 @@ class GuardedExecute(Execute):
         elif verdict.stopped == "died":
             EVENTS["kernel_died"] = True
             self._stopped = "the kernel died earlier in the notebook"
-        EVENTS["judged"][gid] = verdict.to_json()
+        # A check's message may quote what the kernel answered: capped, so that no answer
+        # can make the autograded notebook larger than the worker reads back.
+        message = _capped_message(verdict.message)
+        EVENTS["judged"][gid] = dict(verdict.to_json(), message=message)
         cell.outputs = [] if verdict.passed else [NotebookNode(
-            output_type="error", ename="CheckFailure", evalue=verdict.message,
-            traceback=[f"CheckFailure: {verdict.message}"])]
+            output_type="error", ename="CheckFailure", evalue=message,
+            traceback=[f"CheckFailure: {message}"])]
         return cell
 
     async def _verdict(self, cell: NotebookNode):
@@ -301,6 +304,16 @@ class GuardedExecute(Execute):
                 KERNEL_CAP_NOTICE in out.get("text", ""):
             EVENTS["output_truncated"] = True  # the kernel's start-up cap dropped output
         return out
+
+
+#: The most characters of a check's message written into the notebook (and the result).
+MAX_MESSAGE = 2000
+
+
+def _capped_message(message) -> str:
+    """A verdict's message, at most :data:`MAX_MESSAGE` characters ("…(cut)" marks a cut)."""
+    message = str(message)
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 6] + "…(cut)"
 
 
 def _warm_up_judge(hidden_sources: list[str]) -> None:

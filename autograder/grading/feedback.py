@@ -20,6 +20,8 @@ STATUS_TEXT = {
     "graded": "Graded.",
     "missing": "No notebook was found for this day.",
     "unreadable": "The file could not be read as a notebook (invalid or truncated JSON).",
+    "rejected": "The notebook could not be graded because of what it contains (the reason "
+                "follows); it counts 0 until you submit one that can be.",
     "timeout": "A cell ran past its time limit and was stopped; later cells may not have run.",
     "memory-limit": "The notebook hit the memory limit.",
     "kernel-died": "Python stopped while running the notebook (os._exit, a crash or a limit); "

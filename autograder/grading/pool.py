@@ -1,7 +1,10 @@
 """The local worker pool: processes that grade one submission at a time, with deadlines.
 
-A dead or stuck worker is replaced and its submission gets a status (retried once when the
-worker died) instead of aborting the batch.
+A dead or stuck worker is replaced and its submission gets a status instead of aborting the
+batch. A submission whose worker died is retried once in a fresh one; when it dies again, the
+day's answer key is graded next (:func:`autograder.grading.preflight.control_job`): if that
+grades, the deaths were the submission's doing (``kernel-died``, 0), else the machine's
+(``environment-error``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from autograder.core.course import PipelineError
 from autograder.core.records import Result
+from autograder.grading import preflight
 from autograder.grading.worker import _worker_setup, grade_one
 
 
@@ -108,6 +112,7 @@ class _Pool:
 
         todo = list(jobs)
         retries: dict[int, int] = {}
+        controls: dict[int, tuple[dict, str]] = {}   # control job -> (the job, why it died)
         pending = len(todo)
         while pending:
             for w in self.workers:
@@ -138,9 +143,12 @@ class _Pool:
                     if "_setup_error" in msg:
                         raise PipelineError("a grading worker could not start: "
                                             + msg["_setup_error"])
-                    w["job"] = None
+                    job, w["job"] = w["job"], None
                     pending -= 1
-                    yield msg
+                    if job is not None and id(job) in controls:
+                        yield preflight.after_death(*controls.pop(id(job)), msg)
+                    else:
+                        yield msg
                     continue
                 job = w["job"]
                 stuck = job is not None and now - w["since"] > self.hard_timeout
@@ -157,17 +165,24 @@ class _Pool:
                     if job is None:
                         continue
                     jid = id(job)
+                    if jid in controls:  # the control died or hung too: the machine's fault
+                        pending -= 1
+                        yield preflight.after_death(*controls.pop(jid), None)
+                        continue
                     if dead and retries.get(jid, 0) < 1:
                         retries[jid] = retries.get(jid, 0) + 1
                         todo.insert(0, job)
                         continue
+                    if dead:  # twice: the machine is asked before anyone is blamed
+                        control = preflight.control_job(job["day"], job["settings"])
+                        controls[id(control)] = (job, "the grading process died (exit code "
+                                                 f"{w['proc'].exitcode}) twice on this notebook")
+                        todo.insert(0, control)
+                        continue
                     pending -= 1
-                    status = "timeout" if stuck else "environment-error"
-                    why = (f"grading took longer than {self.hard_timeout:.0f} s; the worker "
-                           "was stopped" if stuck else
-                           f"the grading process died (exit code {w['proc'].exitcode}) twice")
-                    yield Result(job["student"], job["day"], status, 0.0,
-                                 job.get("total", 0.0), detail=why,
+                    yield Result(job["student"], job["day"], "timeout", 0.0,
+                                 job.get("total", 0.0), detail=f"grading took longer than "
+                                 f"{self.hard_timeout:.0f} s; the worker was stopped",
                                  key=job.get("key", "")).to_json()
 
     def close(self) -> None:

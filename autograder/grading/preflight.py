@@ -188,3 +188,108 @@ def named_files(text: str) -> list[str]:
     datasets = {m.group(1) or m.group(2) for m in _DATASET_WORD.finditer(text)}
     named = [n for n, e in REGISTRY.items() if e.dataset in datasets]
     return [n for n in named if n in SHIPPED] or ([] if named else list(SHIPPED))
+
+
+# --------------------------------------------------------------------------- the control
+# When nbgrader, the judge or a grading process fails on a submission, the machine is asked
+# first: the day's answer key (else its blank notebook) is graded the same way, once per
+# process while it grades. If it grades, the failure was the submission's doing (``rejected``,
+# ``kernel-died`` for a grading process it killed, or the checks it tripped failed); only when
+# the control fails too is it ``environment-error``.
+
+CONTROL_STUDENT = "tfs-control"
+_CONTROL_OK: set[tuple[str, str]] = set()   # (day, settings) whose control graded here
+
+
+def control_job(day: str, settings: dict) -> dict:
+    """A grading job for the day's control notebook under ``settings`` (the worker finds it
+    itself: ``control`` set, no path)."""
+    return {"student": CONTROL_STUDENT, "day": day, "path": None, "control": True, "key": "",
+            "total": 0.0, "settings": settings, "seed": ""}
+
+
+def control_failure(result: dict | None) -> str:
+    """"" when a control's result (a Result as JSON; None: its grading process died or hung)
+    shows the machine grades, else what failed, in words."""
+    if result is None:
+        return "the day's answer key could not be graded either (its grading process died)"
+    if result.get("status") == "graded":
+        return ""
+    return (f"the day's answer key did not grade either ({result.get('status')}: "
+            f"{one_line(result.get('detail', ''), 400)})")
+
+
+def confirm_machine(day: str, settings: dict, grade) -> str:
+    """Grade the control with ``grade(job) -> Result JSON`` unless it already graded in this
+    process for these settings; "" when the machine grades, else what failed."""
+    import json
+
+    key = (day, json.dumps(settings, sort_keys=True, default=str))
+    if key in _CONTROL_OK:
+        return ""
+    try:
+        why = control_failure(grade(control_job(day, settings)))
+    except Exception as exc:  # noqa: BLE001 - a control that crashes is the machine failing
+        why = f"the day's answer key could not be graded either: {one_line(repr(exc))}"
+    if not why:
+        _CONTROL_OK.add(key)
+    return why
+
+
+def whose_failure(job: dict, what: str, grade) -> tuple[str, str]:
+    """(status, detail) when grading ``job`` failed with ``what`` (nbgrader raised, wrote
+    nothing readable...): ``rejected`` with the reason on one line when the control grades
+    (:func:`confirm_machine`), else ``environment-error``. A control's own failure is the
+    machine's."""
+    what = one_line(what, 400)
+    why = ("this was the machine's control" if job.get("control") else
+           confirm_machine(job["day"], job["settings"], grade))
+    if why:
+        return "environment-error", f"{what}; {why}; {RERUN}"
+    return "rejected", (f"this notebook could not be graded ({what}), while the day's answer "
+                        "key grades on this machine: something in it (its cells, their "
+                        "metadata or outputs) is the cause")
+
+
+def after_death(job: dict, why: str, control: dict | None) -> dict:
+    """The result (Result JSON) of ``job`` whose grading process died twice (``why``), given
+    the control graded afterwards in another process (``control``: its result, None if it
+    died or hung too): ``kernel-died`` with 0 when the control grades, else
+    ``environment-error``."""
+    from autograder.core.records import Result
+
+    failure = control_failure(control)
+    status, detail = ("environment-error", f"{why}; {failure}; {RERUN}") if failure else (
+        "kernel-died", f"{why}, while the day's answer key grades in a fresh one: this "
+                       "notebook stops its grading process (a crash, a limit, or its code)")
+    return Result(job["student"], job["day"], status, 0.0, job.get("total", 0.0),
+                  detail=detail, key=job.get("key", ""),
+                  sandboxed=bool(job["settings"].get("sandbox"))).to_json()
+
+
+def status_confirmed(events: dict, graded, kernel_log: str, data_check, confirm
+                     ) -> tuple[str, list[str]]:
+    """:func:`autograder.grading.score._status_from`, except that checks which reported a
+    grader bug (a verdict's ``internal``) on this notebook's answers are the machine's fault
+    only when ``confirm()`` (what failed on the control, "" when it grades) says so: when the
+    answer key grades, those tests failed (0), the rest stands, and the flag says so."""
+    from autograder.grading.score import _status_from
+
+    status, flags = _status_from(events, graded, kernel_log, data_check)
+    judged = events.get("judged") or {}
+    bugs = sorted(g for g, v in judged.items() if v.get("internal") == "grader bug")
+    if status != "environment-error" or not bugs:
+        return status, flags
+    rest = dict(events, judged={g: dict(v, internal="") if g in bugs else v
+                                for g, v in judged.items()})
+    others, notes = _status_from(rest, graded, kernel_log, data_check)
+    if others == "environment-error" or confirm():
+        return status, flags
+    return others, notes + [f"review: the grader failed on this notebook's answers only "
+                            f"({', '.join(bugs)}; the answer key grades): those tests count 0"]
+
+
+def one_line(text: str, n: int = 300) -> str:
+    """``text`` on one line, at most ``n`` characters (for a status's detail)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"

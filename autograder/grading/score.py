@@ -304,3 +304,15 @@ def _gate(tests: list[TestResult], verdicts: dict) -> list[TestResult]:
     unpaid = gate({gid: Verdict(**v) for gid, v in verdicts.items()})
     return [TestResult(t.grade_id, 0.0, t.max_points, unpaid[t.grade_id])
             if t.grade_id in unpaid else t for t in tests]
+
+
+def _withhold_internals(tests: list[TestResult], verdicts: dict, own_code: list[str]
+                        ) -> tuple[list[TestResult], list[str]]:
+    """Zero the judged tests whose names come from a cell that reaches into the course's
+    internals (:func:`autograder.judge.internals.review`); return them and the findings."""
+    from autograder.judge.internals import review, withheld
+
+    found = review(own_code)
+    unpaid = withheld(verdicts, found)
+    return [TestResult(t.grade_id, 0.0, t.max_points, unpaid[t.grade_id])
+            if t.grade_id in unpaid else t for t in tests], found.flags

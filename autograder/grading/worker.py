@@ -28,7 +28,7 @@ from autograder.grading.score import (
     MEMORY_WORDS,
     _gate,
     _own_code,
-    _status_from,
+    _withhold_internals,
     graded_cells,
     score_notebook,
 )
@@ -115,15 +115,20 @@ def grade_one(job: dict, prepared: tuple | None = None) -> dict:
     """
     import time
 
-    from autograder.grading import execute
+    from autograder.grading import execute, preflight
 
     t0 = time.monotonic()
     student, day, nb_path = job["student"], job["day"], job["path"]
     settings = job["settings"]
     root: Path = _WORKER["root"]
-    source_nb = nbformat.read(str(root / "source" / day / notebook_name(day)), as_version=4)
-    total = sum(p for _, p in graded_cells(source_nb))
+    source_path = root / "source" / day / notebook_name(day)
+    release_path = root / "release" / day / notebook_name(day)
+    if job.get("control"):  # the machine's control: the day's answer key, else its blank
+        key_path = Path(_WORKER["course_root"]) / "solutions" / day / notebook_name(day)
+        nb_path = key_path if key_path.is_file() else release_path
     sandboxed = bool(settings.get("sandbox"))
+
+    total = job.get("total", 0.0)  # until the source notebook says
 
     def done(status, score=0.0, tests=(), detail="", flags=(), notebook=None):
         data = Result(student, day, status, score, total, list(tests), detail,
@@ -133,32 +138,44 @@ def grade_one(job: dict, prepared: tuple | None = None) -> dict:
             data["_notebook"] = notebook
         return data
 
-    release_path = root / "release" / day / notebook_name(day)
-    sub = admission.Submission(day, nb_path, source_nb, nbformat.read(str(release_path), 4)
-                               if release_path.is_file() else None, settings)
-    try:
-        admission.admit(sub)
-    except admission.Refused as refused:
-        return done(refused.status, detail=refused.detail)
-    submitted, release = sub.notebook, sub.release
+    def blame(what: str) -> dict:
+        """Grading failed on this submission: its doing unless the control fails too."""
+        status, detail = preflight.whose_failure(job, what, grade_one)
+        return done(status, detail=detail)
 
-    sub_dir = root / "submitted" / student / day
-    out_dir = root / "autograded" / student / day
-    shutil.rmtree(sub_dir, ignore_errors=True)
-    shutil.rmtree(out_dir, ignore_errors=True)  # nbgrader skips an existing one
-    sub_dir.mkdir(parents=True)
-    nbformat.write(submitted, str(sub_dir / notebook_name(day)))
-    if prepared is None:
-        prepared = kernel_setup(day, settings)
-    private, config = prepared
-    execute.reset_events()
-    execute.JUDGE_SEED[0] = bytes.fromhex(job["seed"]) if job.get("seed") else None
+    def confirm() -> str:
+        return ("this was the machine's control" if job.get("control") else
+                preflight.confirm_machine(day, settings, grade_one))
+
     try:
-        return _autograde(config, root, student, day, private, out_dir, source_nb, sub.static,
-                          sub.flags, settings, sandboxed, done, _own_code(submitted, release))
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-        os.environ.pop("TFS_KERNEL_PRIVATE", None)
+        source_nb = nbformat.read(str(source_path), as_version=4)
+        total = sum(p for _, p in graded_cells(source_nb))
+        sub = admission.Submission(day, nb_path, source_nb, nbformat.read(str(release_path), 4)
+                                   if release_path.is_file() else None, settings)
+        try:
+            admission.admit(sub)
+        except admission.Refused as refused:
+            return done(refused.status, detail=refused.detail)
+        sub_dir = root / "submitted" / student / day
+        out_dir = root / "autograded" / student / day
+        shutil.rmtree(sub_dir, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)  # nbgrader skips an existing one
+        sub_dir.mkdir(parents=True)
+        (sub_dir / notebook_name(day)).write_text(sub.text, encoding="utf-8")
+        if prepared is None:
+            prepared = kernel_setup(day, settings)
+        private, config = prepared
+        execute.reset_events()
+        execute.JUDGE_SEED[0] = bytes.fromhex(job["seed"]) if job.get("seed") else None
+        try:
+            return _autograde(config, root, student, day, private, out_dir, source_nb, sub,
+                              settings, sandboxed, done, blame, confirm,
+                              _own_code(sub.notebook, sub.release))
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+            os.environ.pop("TFS_KERNEL_PRIVATE", None)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the machine is asked first
+        return blame(f"grading failed: {type(exc).__name__}: {exc}")
 
 
 WARM_UP_STUDENT = "tfs-warm-up"
@@ -236,6 +253,7 @@ def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) 
     elif sys.prefix not in (sys.base_prefix, exe_prefix):
         ro.append([sys.prefix, sys.prefix])
     kenv = kernel_files.kernel_environment(private, sandboxed, python)
+    standins = ""
     kenv["TFS_DAY"] = day
     kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
     kenv["NBGRADER_EXECUTION"] = "autograde"
@@ -244,6 +262,12 @@ def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) 
             *settings.get("hide", [])]
     if sandboxed:
         ro.append([str(Path(_WORKER["course_root"]) / "course"), f"{sandbox.INNER_LIB}/course"])
+        # No stand-in of this day or a later one in the kernel: the course's standins folder
+        # is shown with its __init__ alone, the earlier days' modules come per kernel.
+        package, allowed = kernel_files.standins_view(root, _WORKER["course_root"], day)
+        ro.append([str(package), f"{sandbox.INNER_LIB}/course/standins"])
+        standins = str(allowed)
+        kenv["TFS_STANDINS_DIR"] = kernel_files.INNER_STANDINS
         binds, data_env = kernel_files.dataset_binds()
         ro += binds
         kenv.update(data_env)
@@ -253,6 +277,7 @@ def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) 
         kenv.update(kernel_files.unsandboxed_data_environment())
         os.environ.pop("TFS_KERNEL_PRIVATE", None)
     spec = sandbox.Spec(sandbox=sandboxed, limits=settings["limits"], private=str(private),
+                        standins=standins if sandboxed else "",
                         startup=str(private / "ipython/profile_default/startup"
                                     / sandbox.STARTUP_NAME),
                         hide=hide, ro_bind=ro, env=kenv,
@@ -299,19 +324,22 @@ def grading_config(settings: dict):
     return config
 
 
-def _autograde(config, root, student, day, private, out_dir, source_nb, static, dup_flags,
-               settings, sandboxed, done, own_code) -> dict:
+def _autograde(config, root, student, day, private, out_dir, source_nb, sub, settings,
+               sandboxed, done, blame, confirm, own_code) -> dict:
     """Run nbgrader's autograde on the written submission and turn its outcome into a result.
 
     Everything read here after the kernel ran is host-only: the autograded notebook (nbgrader
     wrote it in the worker's folder, which the sandbox never shows), and the private folder's
-    log and exit record, read without following links and with a size cap.
+    log and exit record, read without following links and with a size cap
+    (:func:`autograder.grading.admission.readback_limit`). When nbgrader fails, or what it
+    wrote cannot be read or scored, ``blame`` asks the machine whose fault it is; ``confirm()``
+    says what failed on the machine's control ("" when it grades).
     """
     from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde
 
-    from autograder.grading import execute
-    from autograder.grading.preflight import RERUN, kernel_data_problems
+    from autograder.grading import execute, preflight
+    from autograder.grading.preflight import kernel_data_problems
     from autograder.sandbox import cgroups, kernel_files
 
     try:
@@ -326,42 +354,51 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, static, 
             # outcome, for review, not a failure of the machinery to retry.
             return done("memory-limit", detail="hit the memory limit, then grading could not "
                         f"finish: {type(exc).__name__}: {str(exc)[:1200]}; kernel log: {log}")
-        return done("environment-error",
-                    detail=f"autograde failed: {type(exc).__name__}: {str(exc)[:1200]}"
-                           + (f"; kernel log: {log}" if log else "") + f"; {RERUN}")
+        return blame(f"nbgrader's autograde failed: {type(exc).__name__}: {str(exc)[:600]}"
+                     + (f"; kernel log: {log}" if log else ""))
     finally:
         if settings.get("cgroup_parent"):
             cgroups.cleanup_cgroups(settings["cgroup_parent"])
     out_nb = out_dir / notebook_name(day)
-    limit = settings["limits"]["output"] * 4 + 4 * 1024 * 1024
-    text = kernel_files.read_capped(out_nb, limit + 1).decode("utf-8", "replace")
-    if not text:
-        return done("environment-error", detail="nbgrader produced no autograded notebook; "
-                    "kernel log: " + _tail(private / "kernel.log") + f"; {RERUN}")
-    if len(text) > limit:
-        return done("environment-error", detail="the autograded notebook is larger than "
-                    f"{limit // 1024**2} MiB despite the output cap")
-    graded = nbformat.reads(text, as_version=4)
-    tests = score_notebook(source_nb, graded)
+    limit = admission.readback_limit(settings, len(sub.text.encode("utf-8")))
+    raw = kernel_files.read_capped(out_nb, limit + 1)
+    if not raw:
+        return blame("nbgrader produced no autograded notebook; kernel log: "
+                     + _tail(private / "kernel.log"))
+    if len(raw) > limit:  # more than the notebook and every output the limits let through
+        return done("rejected", detail=f"the graded notebook came back larger than "
+                    f"{limit / 2**20:.0f} MiB (its outputs): nothing could be scored")
+    text = raw.decode("utf-8", "replace")
+    try:
+        graded = nbformat.reads(text, as_version=4)
+        tests = score_notebook(source_nb, graded)
+    except Exception as exc:  # noqa: BLE001 - what nbgrader wrote from this submission
+        return blame(f"its autograded notebook could not be scored: {type(exc).__name__}: "
+                     f"{str(exc)[:300]}")
     events = dict(execute.EVENTS)
     from autograder.judge import static_review
 
     judged = events.get("judged") or {}
     tests = _gate(tests, judged)
+    # What the kernel holds for the judge (probes) is no answer: a cell that reaches into the
+    # course's internals earns nothing for what it defines (autograder.judge.internals).
+    tests, reached = _withhold_internals(tests, judged, own_code)
     # Judged outside the kernel, a tampered kernel cannot earn a value check: what the static
     # scans find is for the instructor's eyes, not a reason to withhold points.
     forbidden = sorted({f for v in judged.values() if v["passed"] for f in v["forbidden"]})
-    review = [f"review: {f}" for f in static + static_review(own_code, forbidden)]
+    review = [f"review: {f}" for f in sub.static + reached
+              + static_review(own_code, forbidden)]
     score = sum(t.points for t in tests)
     try:
         events["exit"] = json.loads(kernel_files.read_capped(private / "exit.json", 4096) or b"{}")
     except ValueError:
         events["exit"] = {}
-    status, flags = _status_from(events, graded, _tail(private / "kernel.log", 4000),
-                                 lambda names: kernel_data_problems(names, sandboxed))
+    status, flags = preflight.status_confirmed(
+        events, graded, _tail(private / "kernel.log", 4000),
+        lambda names: kernel_data_problems(names, sandboxed), confirm)
     if status == "environment-error":
         score = 0.0  # the machine's fault: nothing charged or paid until graded again
-    flags += dup_flags + review
+    flags += sub.flags + review
     detail = "; ".join(flags[:5])
     return done(status, score, tests, detail, flags, text)
 

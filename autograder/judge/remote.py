@@ -55,6 +55,13 @@ class JudgeError(Exception):
 # TinyGPT state is 13 MB); past a bound the test fails with a JudgeError that says so.
 MAX_TEST_BYTES = 256 * 1024 * 1024
 MAX_NOTEBOOK_BYTES = 1024 * 1024 * 1024
+# Values decoded in one hidden test (each answer is held to course.wire.MAX_NODES before it
+# is parsed): what a check may keep of a test's answers is bounded in objects as well as in
+# characters. The largest legitimate test decodes a few hundred thousand.
+MAX_TEST_NODES = 2_000_000
+# The base64 text of the largest answer the wire accepts: a longer one is refused before it
+# is decoded (the judge's client takes zmq messages of up to 256 MiB).
+MAX_ANSWER_TEXT = 4 * -(-wire.MAX_REPLY // 3)
 
 
 class Budget:
@@ -82,6 +89,7 @@ class Conn:
         self.budget = budget if budget is not None else Budget()
         self.test_limit = test_limit
         self.received = 0  # characters of answers in this test
+        self.nodes = wire.Nodes(MAX_TEST_NODES)  # values this test may still decode
         self._classes: dict[tuple[str, ...], type] = {}
         self._proxies: dict[int, Proxy] = {}
         self._attrs: dict[tuple, Any] = {}
@@ -118,8 +126,13 @@ class Conn:
                              f"{over}: the judge reads no more of it")
         bad = None
         try:
-            raw = base64.b64decode(text.encode("ascii"), validate=True).decode("utf-8")
-            value = wire.decode(wire.loads(raw))
+            if len(text) > MAX_ANSWER_TEXT:
+                raise ValueError(f"an answer is larger than {wire.MAX_REPLY // 2**20} MiB")
+            raw = base64.b64decode(text, validate=True).decode("utf-8")
+            text = None                   # each copy is dropped once the next one is made
+            parsed, raw = wire.loads(raw), None
+            value = wire.decode(parsed, nodes=self.nodes)
+            parsed = None
         except (ValueError, UnicodeError) as exc:
             bad = str(exc)[:200]
         if bad is not None:

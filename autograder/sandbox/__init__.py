@@ -103,6 +103,9 @@ class Spec:
     ro_bind: list[list[str]] = field(default_factory=list)  # [host path, path in sandbox]
     env: dict = field(default_factory=dict)            # the kernel's whole environment
     cgroup_parent: str | None = None
+    # host folder of the stand-in modules this kernel may hold (kernel_files.standins_view):
+    # bound at INNER_STANDINS, or written there by a fork server (not part of its sandbox)
+    standins: str = ""
 
 
 # --------------------------------------------------------------------------- availability
@@ -228,6 +231,8 @@ def bwrap_argv(spec: Spec, bwrap: str, as_root: bool = False,
         argv += ["--perms", "0755", "--dir", p]
     for src, dest in binds:
         argv += ["--ro-bind", src, dest]
+    if spec.standins and os.path.isdir(spec.standins):
+        argv += ["--ro-bind", spec.standins, INNER_KERNEL + "/standins"]
     if spec.startup:
         argv += ["--ro-bind", spec.startup,
                  f"{INNER_IPYTHON}/profile_default/startup/{STARTUP_NAME}"]

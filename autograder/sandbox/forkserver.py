@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from autograder import sandbox
-from autograder.sandbox import seccomp
+from autograder.sandbox import kernel_files, seccomp
 from autograder.sandbox.cgroups import _cgroup_oom, _join_cgroup, _remove_cgroups
 from autograder.sandbox.kernel_files import KERNEL_ARGS, read_capped
 
@@ -215,9 +215,12 @@ class ForkServer:
                 sandbox.INNER_IPYTHON,
                 f"{sandbox.INNER_IPYTHON}/profile_default",
                 startup_dir,
+                *([kernel_files.INNER_STANDINS] if spec.standins else []),
             ],
             "files": {
                 conn: json.dumps(info),
+                # the stand-ins of the days before this kernel's (course.standins)
+                **(kernel_files.standins_files(spec.standins) if spec.standins else {}),
                 **({f"{startup_dir}/{sandbox.STARTUP_NAME}": startup} if startup else {}),
             },
         }

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from autograder.sandbox import (
@@ -172,3 +174,43 @@ def unsandboxed_data_environment() -> dict:
         except Exception:  # noqa: BLE001 - no data layer: the kernel looks for itself
             pass
     return env
+
+
+# Where a graded kernel finds the stand-ins it may use (course.standins reads it).
+INNER_STANDINS = INNER_KERNEL + "/standins"
+
+
+def standins_view(root: Path, course_root: Path, day: str) -> tuple[Path, Path]:
+    """The stand-ins a kernel grading ``day`` is shown: ``(package, allowed)``, host folders.
+
+    ``package`` holds ``course/standins/__init__.py`` alone and is bound over the course's
+    ``standins`` folder (the same for every day, so one fork server serves every day);
+    ``allowed`` holds the modules of the days before ``day``
+    (:func:`course.standins.modules_before`), which reach the kernel's own folder
+    ``INNER_STANDINS`` (bound read-only, or written there by the fork server). No module of
+    ``day`` or a later day is in the kernel, however it looks: what the sandbox does not
+    hold cannot be imported, read or submitted.
+    """
+    source = Path(course_root) / "course" / "standins"
+    # course.standins.modules_before, read off the files (the sandbox layer imports no course)
+    before = sorted(p.stem for p in source.glob("day[0-9][0-9].py") if p.stem < day[:5])
+    package = Path(root) / "standins" / "package"
+    allowed = Path(root) / "standins" / day[:5]
+    for folder, names in ((package, ["__init__"]), (allowed, before)):
+        if folder.is_dir():
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix=".standins-", dir=Path(root)))
+        for name in names:
+            shutil.copyfile(source / f"{name}.py", tmp / f"{name}.py")
+        tmp.chmod(0o755)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, folder)
+    return package, allowed
+
+
+def standins_files(allowed: str) -> dict[str, str]:
+    """``{path in the kernel: source}`` of the modules in ``allowed`` (for the fork server)."""
+    out = {}
+    for path in sorted(Path(allowed).glob("day*.py")):
+        out[f"{INNER_STANDINS}/{path.name}"] = read_capped(path, 1 << 16).decode()
+    return out

@@ -59,7 +59,7 @@ def add_learner_commands(sub, add_common) -> None:
     p = sub.add_parser("selfcheck", help="grade one of your notebooks with the hidden tests "
                        "(offline; prints what to fix; records your progress)")
     add_common(p)
-    p.add_argument("notebook", type=Path, help="e.g. release/day04_multi_head_attention/"
+    p.add_argument("notebook", type=Path, help="e.g. notebooks/day04_multi_head_attention/"
                    "day04_multi_head_attention.ipynb")
     p.add_argument("--no-save", action="store_true", help="do not record the points")
     p.add_argument("--no-helper", action="store_true",

@@ -35,13 +35,12 @@ from typing import Any
 
 import torch
 
+from autograder.judge.bounded import SHOWN, call, expect_module, shown, token_ids
 from course import checking
 from course.checking import (
     CheckFailure,
     GraderBug,
     assert_close,
-    call,
-    expect_module,
     expect_tensor,
     from_kernel,
     matches,
@@ -69,6 +68,9 @@ __all__ = [
     "permutation",
     "randomize",
     "seeded",
+    "SHOWN",
+    "shown",
+    "token_ids",
     "trusted",
     "upstream",
     "value_check",

@@ -25,6 +25,7 @@ from autograder.judge.checks import (
     manual_seed,
     observed_check,
     rng,
+    shown,
     value_check,
 )
 from course.device import check_runs_on_any_device
@@ -112,14 +113,15 @@ def check_mha_init(MultiHeadSelfAttention) -> None:
                                f"{type(lin).__name__}.")
         if (lin.in_features, lin.out_features) != (128, 128) or lin.bias is None:
             raise CheckFailure(f"self.{name} should be nn.Linear(d_model, d_model) with a bias "
-                               f"(128 -> 128), got {lin}.")
+                               f"(128 -> 128), got {shown(lin)}.")
     n = sum(p.numel() for p in m.parameters())
     if n != 66_048:
         raise CheckFailure(f"MultiHeadSelfAttention(128, 8) has {n:,} parameters, expected "
                            "66,048 = 4 x 16,512 (W_Q, W_K, W_V, W_O, each 128 x 128 + 128).")
     d_k = getattr(m, "d_k", None)
     if type(d_k) is not int:
-        raise CheckFailure(f"self.d_k should be the int d_model // num_heads = 16, got {d_k!r}. "
+        raise CheckFailure("self.d_k should be the int d_model // num_heads = 16, got "
+                           f"{shown(d_k)}. "
                            "Hint: use integer division `//`; `/` gives a float that view() "
                            "rejects.")
     if d_k != 16:
@@ -136,7 +138,7 @@ def check_mha_rejects_bad_heads(MultiHeadSelfAttention) -> None:
         text = str(exc)
         if "30" not in text or "4" not in text:
             raise CheckFailure("MultiHeadSelfAttention(30, 4) raised ValueError, but its "
-                               f"message {text!r} should name both d_model=30 and "
+                               f"message {shown(text)} should name both d_model=30 and "
                                "num_heads=4.") from None
         return
     except Exception as exc:  # noqa: BLE001

@@ -21,6 +21,7 @@ from autograder.judge.checks import (
     manual_seed,
     observed_check,
     rng,
+    shown,
     value_check,
 )
 from course.device import check_runs_on_any_device
@@ -120,7 +121,8 @@ def check_pe_errors(SinusoidalPositionalEncoding) -> None:
     except ValueError as exc:
         if "11" not in str(exc) or "8" not in str(exc):
             raise CheckFailure(f"forward on 11 positions with max_len=8 raised ValueError, but "
-                               f"its message {str(exc)!r} should name both 11 and 8.") from None
+                               f"its message {shown(str(exc))} should name both 11 and "
+                               "8.") from None
     except Exception as exc:  # noqa: BLE001
         raise CheckFailure(f"forward on 11 positions with max_len=8 raised "
                            f"{type(exc).__name__}: {exc}. Check seq_len against self.max_len "
@@ -156,7 +158,7 @@ def check_learned(LearnedPositionalEncoding) -> None:
     emb = getattr(m, "embedding", None)
     if not isinstance(emb, nn.Embedding) or tuple(emb.weight.shape) != (25, 6):
         raise CheckFailure("self.embedding should be nn.Embedding(max_len, d_model) = "
-                           f"nn.Embedding(25, 6), got {emb!r}.")
+                           f"nn.Embedding(25, 6), got {shown(emb)}.")
     n = sum(p.numel() for p in m.parameters())
     if n != 150:
         raise CheckFailure(f"LearnedPositionalEncoding(6, 25) has {n} parameters, expected "

@@ -25,12 +25,13 @@ from autograder.judge.checks import (
     observed_check,
     randomize,
     rng,
+    shown,
     value_check,
 )
 from autograder.judge.checks import reference as ref
 from course.checking import forbid, in_kernel, matches
 from course.device import check_runs_on_any_device
-from course.standins import FeedForward as FeedForwardStandIn
+from course.probes import FeedForwardBlock
 
 
 def _count(m: nn.Module) -> int:
@@ -41,7 +42,7 @@ def _linear(module: nn.Module, name: str, shape: tuple[int, int]) -> nn.Linear:
     lin = getattr(module, name, None)
     if not isinstance(lin, nn.Linear) or tuple(lin.weight.shape) != shape or lin.bias is None:
         raise CheckFailure(f"self.{name} should be nn.Linear({shape[1]}, {shape[0]}) with bias, "
-                           f"got {lin!r}.")
+                           f"got {shown(lin)}.")
     return lin
 
 
@@ -187,7 +188,7 @@ def _prepared(layer, d_model: int, d_ff: int, seed: int) -> tuple[dict, str]:
                 notes.append("your LayerNorm fails day06_layer_norm_values (fix that first)")
         if not matches(call(layer.ffn, x, name="layer.ffn"), ref.ffn(w, "ffn.", x),
                        rtol=1e-6, atol=1e-9):
-            stand_in = in_kernel(FeedForwardStandIn, d_model, d_ff)
+            stand_in = in_kernel(FeedForwardBlock, d_model, d_ff)
             stand_in.double()
             stand_in.load_state_dict({k[len("ffn."):]: v for k, v in w.items()
                                       if k.startswith("ffn.")})

@@ -259,9 +259,10 @@ def check_init_loss(SequenceClassifier, images_to_rows, mnist, MEAN, STD) -> Non
 def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, MEAN,
                   STD) -> None:
     """The learner's loop memorises 16 digits with a reference model, and vice versa."""
+    # Day 8's stand-in is not in Day 8's kernel: the judge makes the probe it is built on.
     from course.probes import RepeatedBatch
-    from course.standins import SequenceClassifier as Reference
-    from course.standins import train_one_epoch
+    from course.references import ReferenceSequenceClassifier as Reference
+    from course.references import reference_fit
 
     mnist = trusted_mnist()
     pick = permutation(len(mnist.train_labels), 87)[:16]      # 16 digits drawn per submission
@@ -306,9 +307,8 @@ def check_overfit(overfit_one_batch, SequenceClassifier, images_to_rows, mnist, 
     # The learner's model, trained by the course's loop (in the kernel: it needs autograd).
     model = _build(SequenceClassifier, 28, 10, 32, 4, 64, 1, 28, seed=82)
     optimizer = in_kernel(torch.optim.Adam, model.parameters(), lr=3e-3)
-    call(in_kernel, train_one_epoch, model,
-         in_kernel(RepeatedBatch, rows, labels, steps), optimizer, max_grad_norm=None,
-         name="training SequenceClassifier with the course's loop")
+    call(in_kernel, reference_fit, model, in_kernel(RepeatedBatch, rows, labels, steps),
+         optimizer, name="training SequenceClassifier with the course's loop")
     model.train()
     with torch.no_grad():
         final = float(F.cross_entropy(call(model, rows, name="SequenceClassifier.forward"),

@@ -11,7 +11,15 @@ import math
 
 import torch
 
-from autograder.judge.checks import CheckFailure, call, compare, observed_check, rng, value_check
+from autograder.judge.checks import (
+    CheckFailure,
+    call,
+    compare,
+    observed_check,
+    rng,
+    shown,
+    value_check,
+)
 from course.checking import note_value_checked, observe, twin
 from course.probes import (
     ActivationProbe,
@@ -51,11 +59,12 @@ def check_gradient_norms(gradient_norms) -> None:
         raise CheckFailure("gradient_norms reported 'extra', whose .grad is None: leave out "
                            "parameters without a gradient (p.grad is None).")
     if set(out) != set(expected):
-        raise CheckFailure(f"gradient_norms returned keys {sorted(out)}, expected the parameter "
+        raise CheckFailure(f"gradient_norms returned keys {shown(sorted(out))}, expected the "
+                           "parameter "
                            f"names {sorted(expected)} (from model.named_parameters()).")
     bad = [n for n, v in out.items() if type(v) is not float]
     if bad:
-        raise CheckFailure(f"gradient_norms[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: "
+        raise CheckFailure(f"gradient_norms[{shown(bad[0])}] is a {type(out[bad[0]]).__name__}: "
                            "return Python floats (.item()).")
     names = sorted(expected)
     got = torch.tensor([out[n] for n in names], dtype=torch.float64)
@@ -107,7 +116,8 @@ def check_activation_stats_values(activation_stats) -> None:
     missing = [n for n in expected if n not in out]
     if missing:
         raise CheckFailure(
-            f"activation_stats has no entry for {missing}; got keys {sorted(out)}. Hook every "
+            f"activation_stats has no entry for {missing}; got keys {shown(sorted(out))}. "
+            "Hook every "
             "submodule of model.named_modules() except the model itself (name ''), nested ones "
             "('block.0') included; for a tuple output use its first element.")
     if "" in out:
@@ -121,8 +131,8 @@ def check_activation_stats_values(activation_stats) -> None:
         value = out[name]
         if (not isinstance(value, tuple) or len(value) != 2
                 or not all(type(v) is float for v in value)):
-            raise CheckFailure(f"activation_stats[{name!r}] should be a tuple (mean, std) of "
-                               f"Python floats, got {value!r}.")
+            raise CheckFailure(f"activation_stats[{shown(name)}] should be a tuple (mean, std) of "
+                               f"Python floats, got {shown(value)}.")
     got = torch.tensor([out[n] for n in names], dtype=torch.float64)
     want = torch.tensor([expected[n] for n in names], dtype=torch.float64)
     if torch.allclose(got, torch.tensor([population[n] for n in names], dtype=torch.float64),
@@ -257,11 +267,11 @@ def check_one_step_changes(one_step_changes) -> None:
                            "never reaches: report every parameter of model.named_parameters(), "
                            "0.0 for one that did not move (that is the finding).")
     if set(out) != set(names):
-        raise CheckFailure(f"one_step_changes returned keys {sorted(out)}, expected every "
+        raise CheckFailure(f"one_step_changes returned keys {shown(sorted(out))}, expected every "
                            f"parameter name {sorted(names)} (from model.named_parameters()).")
     bad = [n for n in names if type(out[n]) is not float]
     if bad:
-        raise CheckFailure(f"one_step_changes[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: "
+        raise CheckFailure(f"one_step_changes[{shown(bad[0])}] is a {type(out[bad[0]]).__name__}: "
                            "return Python floats (.item()).")
     got = torch.tensor([out[n] for n in names], dtype=torch.float64)
     want = torch.tensor([expected[n] for n in names], dtype=torch.float64)
@@ -355,12 +365,13 @@ def check_dead_units(dead_units) -> None:
         raise CheckFailure("dead_units reported `head`, which feeds no GELU: count only the "
                            "Linear layers named `linear1` (Day 6's FeedForward contract).")
     if set(out) != set(expected):
-        raise CheckFailure(f"dead_units returned keys {sorted(out)}, expected {sorted(expected)}: "
+        raise CheckFailure(f"dead_units returned keys {shown(sorted(out))}, expected "
+                           f"{sorted(expected)}: "
                            "one entry per submodule whose name ends with 'linear1', named as "
                            "in model.named_modules().")
     bad = [n for n, v in out.items() if type(v) is not int]
     if bad:
-        raise CheckFailure(f"dead_units[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: return "
+        raise CheckFailure(f"dead_units[{shown(bad[0])}] is a {type(out[bad[0]]).__name__}: return "
                            "a count (int).")
     if out != expected:
         if out == _dead_reference(model, x, threshold=0.0):

@@ -23,6 +23,7 @@ from autograder.judge.checks import (
     observed_check,
     randomize,
     rng,
+    shown,
     upstream,
     value_check,
 )
@@ -92,7 +93,8 @@ def check_patch_embedding(PatchEmbedding) -> None:
     proj = getattr(embed, "proj", None)
     if not isinstance(proj, torch.nn.Conv2d):
         raise CheckFailure("PatchEmbedding should have self.proj = nn.Conv2d(in_channels, "
-                           f"d_model, kernel_size=patch_size, stride=patch_size); got {proj!r}.")
+                           "d_model, kernel_size=patch_size, stride=patch_size); got "
+                           f"{shown(proj)}.")
     if tuple(proj.stride) != (4, 4) or tuple(proj.kernel_size) != (4, 4):
         raise CheckFailure(f"proj has kernel_size {proj.kernel_size} and stride {proj.stride}: "
                            "both must equal patch_size so the patches do not overlap.")

@@ -17,6 +17,7 @@ from autograder.judge.checks import (
     observed_check,
     randomize,
     rng,
+    shown,
     upstream,
     value_check,
 )
@@ -152,10 +153,10 @@ def check_attention_matches_sdpa(CausalSelfAttention) -> None:
     qkv, proj = getattr(attn, "qkv", None), getattr(attn, "proj", None)
     if not isinstance(qkv, nn.Linear) or (qkv.in_features, qkv.out_features) != (d, 3 * d):
         raise CheckFailure("CausalSelfAttention needs `self.qkv = nn.Linear(d_model, 3 * d_model, "
-                           f"bias=False)`; got {qkv!r}.")
+                           f"bias=False)`; got {shown(qkv)}.")
     if not isinstance(proj, nn.Linear) or (proj.in_features, proj.out_features) != (d, d):
         raise CheckFailure("CausalSelfAttention needs `self.proj = nn.Linear(d_model, d_model, "
-                           f"bias=False)`; got {proj!r}.")
+                           f"bias=False)`; got {shown(proj)}.")
     if qkv.bias is not None or proj.bias is not None:
         raise CheckFailure("qkv and proj must have no bias: nn.Linear(..., bias=False).")
     buffers = dict(attn.named_buffers())
@@ -222,7 +223,7 @@ def check_block_pre_ln(Block) -> None:
             or (linears[1].in_features, linears[1].out_features) != (4 * d, d)
             or not any(isinstance(m, nn.GELU) for m in layers)):
         raise CheckFailure("block.mlp should be nn.Sequential(nn.Linear(D, 4D), nn.GELU(), "
-                           f"nn.Linear(4D, D)); got {mlp!r}.")
+                           f"nn.Linear(4D, D)); got {shown(mlp)}.")
     block = block.double().eval()
     with _attention_first([block], heads):
         _with_right_mask(lambda: _block_values(block, d), block, n_ctx)
@@ -402,7 +403,7 @@ def _n_ctx(model, vocab, n_ctx) -> None:
         text = str(exc)
         if str(n_ctx + 3) not in text or str(n_ctx) not in text.replace(str(n_ctx + 3), ""):
             raise CheckFailure(f"the ValueError for 12 tokens with n_ctx = 9 should name both "
-                               f"numbers; its message was {text!r}.") from None
+                               f"numbers; its message was {shown(text)}.") from None
         return
     except Exception as exc:  # noqa: BLE001
         raise CheckFailure(

@@ -23,8 +23,8 @@ from autograder.judge.checks import (
     value_check,
 )
 from autograder.judge.checks.day13_train import lr_at as _lr
-from course.checking import generator, in_kernel, note_value_checked, record, twin
-from course.probes import FixedLogits, predict
+from course.checking import generator, note_value_checked, record, trusted, twin
+from course.probes import FixedLogits
 from course.standins import TinyGPT as ReferenceTinyGPT
 
 # --------------------------------------------------------------------------- tokenizer
@@ -262,10 +262,12 @@ def check_training_result(history, model, get_batch=None, tok=None) -> None:
     The loss is measured by the judge on windows of its own copy of Tiny Shakespeare's
     validation split (the last 10%, characters numbered in sorted order), 64 characters long
     (the judge's choice, not the model's ``n_ctx``; every profile's TinyGPT takes 64) at
-    places drawn per submission; only the model's logits come from the kernel. The model must
-    be causal: the same windows with the characters from a position drawn per submission on
-    replaced must leave the logits before it unchanged (a model that reads the next character
-    scores nothing). The notebook's history is read for the message only. With ``get_batch``,
+    places drawn per submission, by the judge's own TinyGPT (the course's stand-in, the class
+    the graded notebook trains) loaded with the model's weights: only the weights come from the
+    kernel, never its logits. The judge's model is causal by construction, and it keeps no
+    state between calls, so a model that reads the next character, or replays what it answered
+    before, scores nothing (a check that compared two calls of the kernel's model paid one
+    that did both). The notebook's history is read for the message only. With ``get_batch``,
     a failure caused by a wrong ``get_batch`` says so first.
 
     With ``tok`` (the notebook's tokenizer), the windows are numbered the way the model was
@@ -296,6 +298,75 @@ def _learner_numbering(tok, chars: list[str]) -> dict[str, int]:
     return dict(zip(chars, ids, strict=True))
 
 
+# The stand-in TinyGPT's weights (nn.TransformerEncoderLayer blocks, 4 x d_model wide MLP):
+# checked against the kernel's before the judge builds its copy, so that what it allocates is
+# what the kernel sent, never a size the kernel only named (a test holds it to the class).
+_BLOCK_SHAPES = {"self_attn.in_proj_weight": (3, 1), "self_attn.in_proj_bias": (3,),
+                 "self_attn.out_proj.weight": (1, 1), "self_attn.out_proj.bias": (1,),
+                 "linear1.weight": (4, 1), "linear1.bias": (4,), "linear2.weight": (1, 4),
+                 "linear2.bias": (1,), "norm1.weight": (1,), "norm1.bias": (1,),
+                 "norm2.weight": (1,), "norm2.bias": (1,)}
+
+
+def tinygpt_shapes(vocab: int, d: int, layers: int, n_ctx: int) -> dict[str, tuple]:
+    """{state_dict name: shape} of ``ReferenceTinyGPT(vocab, d, _, layers, n_ctx)``."""
+    shapes = {"tok.weight": (vocab, d), "pos.weight": (n_ctx, d)}
+    for i in range(layers):
+        shapes.update({f"blocks.{i}.{k}": tuple(m * d for m in v)
+                       for k, v in _BLOCK_SHAPES.items()})
+    shapes.update({"ln_f.weight": (d,), "ln_f.bias": (d,), "head.weight": (vocab, d)})
+    return shapes
+
+
+def _judges_copy(model, vocab: int, block: int) -> torch.nn.Module:
+    """The judge's own TinyGPT holding the kernel's trained weights, in eval mode.
+
+    Only the weights cross: the logits the kernel's object would give are never asked for, so
+    nothing it remembers from an earlier call, and nothing its forward does, reaches the score.
+    The size comes from the weights' shapes, the number of heads from the kernel (a relabelling
+    of how the judge reads weights the model was trained with, which lowers nothing); both are
+    bounded before anything is built, and the judge's copy has ``block`` positions only (the
+    first rows of the learner's table), so a huge ``n_ctx`` costs no (n_ctx, n_ctx) mask here.
+    """
+    fit = ("`model` should be the TinyGPT the notebook trains (load_tinygpt()'s class: while "
+           "the notebook is graded, the course's stand-in), with its trained weights: ")
+    state = dict(model.state_dict().items())
+    if not state or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                            for k, v in state.items()):
+        raise CheckFailure(f"{fit}its state_dict() holds no tensors the judge can score "
+                           f"({len(state)} entries).")
+    tok_w, pos_w = state.get("tok.weight"), state.get("pos.weight")
+    if tok_w is None or pos_w is None or tok_w.dim() != 2 or pos_w.dim() != 2:
+        raise CheckFailure(f"{fit}it has no tok.weight and pos.weight embedding tables (its "
+                           f"weights: {', '.join(list(state)[:8])}).")
+    d_model, n_ctx = int(tok_w.shape[1]), int(pos_w.shape[0])
+    layers = len({k.split(".")[1] for k in state if k.startswith("blocks.")})
+    try:
+        heads = int(model.blocks[0].self_attn.num_heads)
+    except Exception:  # noqa: BLE001 - a wrong answer is judged by the shapes below
+        heads = 0
+    if not (tok_w.shape[0] == vocab and n_ctx >= block and 1 <= layers <= 48
+            and 1 <= d_model <= 4096 and 1 <= heads <= d_model and d_model % heads == 0):
+        raise CheckFailure(f"{fit}its tables are tok {tuple(tok_w.shape)} and pos "
+                           f"{tuple(pos_w.shape)}, with {layers} blocks of {heads} heads; the "
+                           f"judge needs {vocab} tokens and at least {block} positions.")
+    config = dict(d_model=d_model, num_heads=heads, num_layers=layers, n_ctx=block)
+    want = tinygpt_shapes(vocab, d_model, layers, block)
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    got["pos.weight"] = (block, d_model)
+    if got != want:
+        odd = sorted(set(got) ^ set(want)) or [k for k in want if got[k] != want[k]]
+        raise CheckFailure(f"{fit}its weights do not fit TinyGPT(vocab_size={vocab}, "
+                           f"d_model={d_model}, num_heads={heads}, num_layers={layers}) "
+                           f"(first difference: {odd[0]}).")
+    judges = ReferenceTinyGPT(vocab, **config)
+    weights = {k: trusted(v.detach()).to(torch.float32) for k, v in state.items()}
+    weights["pos.weight"] = weights["pos.weight"][:block]
+    with torch.no_grad():
+        judges.load_state_dict(weights)
+    return judges.eval()
+
+
 def _training_result(history, model, tok=None) -> None:
     if not isinstance(history, dict) or "val_loss" not in history or not history["val_loss"]:
         raise CheckFailure("the training cell produced no history['val_loss'].")
@@ -312,24 +383,12 @@ def _training_result(history, model, tok=None) -> None:
     starts = torch.randint(0, len(val) - block - 1, (16,), generator=g)
     number = _learner_numbering(tok, chars)
     ids = torch.tensor([[number[c] for c in val[s:s + block + 1]] for s in starts.tolist()])
-    cut = int(torch.randint(8, block - 8, (1,), generator=g))
-    changed = ids[:, :-1].clone()                                       # (16, block)
-    changed[:, cut:] = torch.randint(0, vocab, (16, block - cut), generator=g)
-    was_training = bool(model.training)
-    model.eval()
-    logits = call(in_kernel, predict, model, ids[:, :-1],
-                  name="model(validation windows of 64 characters)")
-    other = call(in_kernel, predict, model, changed,
-                 name="model(the same windows, later characters replaced)")
-    model.train(was_training)
-    expect_tensor(logits, "logits of the validation windows", shape=(16, block, vocab))
-    expect_tensor(other, "logits of the changed windows", shape=(16, block, vocab))
-    leak = float((logits[:, :cut] - other[:, :cut]).abs().max())
-    if leak > 1e-3 * (1 + float(logits[:, :cut].abs().max())):
-        raise CheckFailure(f"the trained model is not causal: replacing the characters from "
-                           f"position {cut} on changed its logits at earlier positions (by up "
-                           f"to {leak:.3g}). A language model may only read the past: check the "
-                           "causal mask in every block.")
+    # The trained weights, scored by the judge's own model (causal by construction: its mask is
+    # not a weight): a model that reads the next character, or answers a call from what it
+    # remembers of an earlier one, has nothing to show here but its weights.
+    judges = _judges_copy(model, vocab, block)
+    with torch.no_grad():
+        logits = judges(ids[:, :-1])                                   # (16, block, vocab)
     loss = float(F.cross_entropy(logits.reshape(-1, vocab).double(), ids[:, 1:].reshape(-1)))
     limit = 3.2
     if not loss <= limit:

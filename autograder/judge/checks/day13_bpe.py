@@ -23,6 +23,7 @@ from autograder.judge.checks import (
     CheckFailure,
     call,
     rng,
+    shown,
     trusted_tinyshakespeare,
     upstream,
     value_check,
@@ -124,7 +125,7 @@ def _pairs(value, label: str) -> list[Pair]:
     for n, p in enumerate(value):
         pair = _ids(p, f"{label}[{n}]")
         if len(pair) != 2:
-            raise CheckFailure(f"{label}[{n}] should be a pair (id, id), got {p!r}.")
+            raise CheckFailure(f"{label}[{n}] should be a pair (id, id), got {shown(p)}.")
         out.append((pair[0], pair[1]))
     return out
 
@@ -189,14 +190,17 @@ def check_merge_values(merge_fn) -> None:
             note_value_checked()
             continue
         if got == merge(ids, pair, new_id, overlapping=True):
-            raise CheckFailure(f"{label} gave {got}, expected {want}: after replacing a pair, "
+            raise CheckFailure(f"{label} gave {shown(got)}, expected {want}: after replacing a "
+                               "pair, "
                                "move past both of its ids (i += 2). Yours moved on by one, so "
                                "the pair's second id stays, and in a run such as [a, a, a] "
                                "occurrences overlap; each id may be used once.")
         if len(got) == len(ids):
-            raise CheckFailure(f"{label} gave {got}, expected {want}: replace each occurrence "
+            raise CheckFailure(f"{label} gave {shown(got)}, expected {want}: replace each "
+                               "occurrence "
                                "of the pair (two ids) by the one new id.")
-        raise CheckFailure(f"{label} gave {got}, expected {want}: scan from the left; where "
+        raise CheckFailure(f"{label} gave {shown(got)}, expected {want}: scan from the left; "
+                           "where "
                            "ids[i], ids[i + 1] is the pair, append new_id and skip both.")
 
 
@@ -345,12 +349,14 @@ def _encode_cases(BPETokenizer) -> None:
         got = tok.encode("abz")
     except ValueError as exc:
         if "z" not in str(exc):
-            raise CheckFailure(f"encode('abz') raised ValueError without naming 'z': {exc!r}. "
+            raise CheckFailure("encode('abz') raised ValueError without naming 'z': "
+                               f"{shown(str(exc))}. "
                                "Name the unknown character.") from None
         return
     except Exception as exc:  # noqa: BLE001
         raise CheckFailure(f"encode('abz') raised {type(exc).__name__}: {exc}; raise a "
                            "ValueError that names the character not in the vocabulary.") \
             from None
-    raise CheckFailure(f"encode('abz') returned {got!r} although 'z' is not in the vocabulary: "
+    raise CheckFailure(f"encode('abz') returned {shown(got)} although 'z' is not in the "
+                       "vocabulary: "
                        "raise a ValueError naming it.")

@@ -17,6 +17,8 @@ from autograder.judge.checks import (
     leans_on,
     observed_check,
     rng,
+    shown,
+    token_ids,
     value_check,
 )
 from course.checking import generator, note_value_checked, record, twin
@@ -42,7 +44,10 @@ def _frequencies(generate, logits, seed, **kwargs) -> torch.Tensor:
     out = call(generate, model, idx, 1, generator=generator(seed), **kwargs,
                name=f"generate(model, idx of shape ({DRAWS}, 1), 1, {label})")
     expect_tensor(out, f"generate output ({label})", shape=(DRAWS, 2), dtype=torch.long)
-    return torch.bincount(out[:, 1], minlength=logits.numel()).double() / DRAWS
+    # Every sampled id within the judge's vocabulary before bincount sizes its counts by the
+    # largest one (an id of 150,000,000 would cost 1.2 GB, and print 150 million counts).
+    drawn = token_ids(out[:, 1], logits.numel(), f"generate output ({label})[:, 1]")
+    return torch.bincount(drawn, minlength=logits.numel()).double() / DRAWS
 
 
 def _fmt(t: torch.Tensor) -> str:
@@ -69,7 +74,7 @@ def check_generate_crop(generate) -> None:
         length = 3 + step
         want = out[:, max(0, length - 5):length]
         if not torch.equal(seen, want):
-            raise CheckFailure(f"at step {step} the model saw {seen.tolist()}, expected the last "
+            raise CheckFailure(f"at step {step} the model saw {shown(seen)}, expected the last "
                                f"n_ctx tokens so far {want.tolist()}: crop with "
                                "idx[:, -model.n_ctx:] (the most recent tokens, not the first "
                                "ones).")
@@ -107,7 +112,8 @@ def _temperature_zero_raises(generate, logits) -> None:
     except ValueError:
         return
     except Exception as exc:  # noqa: BLE001
-        raise CheckFailure(f"temperature=0 raised {type(exc).__name__}: {exc}; check it first "
+        raise CheckFailure(f"temperature=0 raised {type(exc).__name__}: {str(exc)[:300]}; "
+                           "check it first "
                            "and raise a ValueError with a clear message.") from None
     raise CheckFailure("temperature=0 raised no error: dividing by 0 gives inf/NaN logits. "
                        "Raise a ValueError (temperature must be > 0).")

@@ -23,6 +23,7 @@ from autograder.judge.checks import (
     observed_check,
     randomize,
     rng,
+    shown,
     upstream,
     value_check,
 )
@@ -89,7 +90,7 @@ def check_swiglu_values(SwiGLU) -> None:
         layer = getattr(mlp, name, None)
         if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != shape:
             raise CheckFailure(f"SwiGLU needs `self.{name}` = nn.Linear with weight of shape "
-                               f"{shape}; got {layer!r}.")
+                               f"{shape}; got {shown(layer)}.")
         if layer.bias is not None:
             raise CheckFailure(f"{name} must have no bias: nn.Linear(..., bias=False).")
     g = rng(51)
@@ -249,23 +250,27 @@ def check_cached_attention_matches_full(CachedCausalSelfAttention) -> None:
         attn.qkv.weight.copy_(w_qkv)
         attn.proj.weight.copy_(w_proj)
     x = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
+    # The pass without a cache reads tokens of its own: decoding the same tokens could replay
+    # that pass's outputs from memory instead of attending over the cache.
+    x_full = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
     with upstream(_rope_first([attn], d // heads)):
-        _cached_values(attn, x, w_qkv, w_proj, heads)
+        _cached_values(attn, x, w_qkv, w_proj, heads, x_full)
 
 
-def _cached_values(attn, x, w_qkv, w_proj, heads) -> None:
+def _cached_values(attn, x, w_qkv, w_proj, heads, x_full) -> None:
     d = x.shape[-1]
     expected = _reference_attention(x, w_qkv, w_proj, heads)
     with torch.no_grad():
-        out = call(attn, x, name="attention over 7 tokens without a cache")
+        out = call(attn, x_full, name="attention over 7 tokens without a cache")
         if not isinstance(out, tuple) or len(out) != 2:
             raise CheckFailure("forward should return a tuple (y, (k, v)).")
         full, full_cache = out
         expect_tensor(full, "output without a cache", shape=(2, 7, d))
         no_rope = F.scaled_dot_product_attention(
-            *((x @ w_qkv.T).split(d, 2)[i].view(2, 7, heads, d // heads).transpose(1, 2)
+            *((x_full @ w_qkv.T).split(d, 2)[i].view(2, 7, heads, d // heads).transpose(1, 2)
               for i in range(3)), is_causal=True).transpose(1, 2).reshape(2, 7, d) @ w_proj.T
-        compare(full, expected, "output over 7 tokens without a cache",
+        compare(full, _reference_attention(x_full, w_qkv, w_proj, heads),
+                "output over 7 tokens without a cache",
                 {"q and k were not rotated: apply RoPE to q and k before the scores": no_rope},
                 rtol=1e-5, atol=1e-6)
         if _cache_len(full_cache, "without a cache") != 7:

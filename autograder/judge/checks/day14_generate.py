@@ -11,6 +11,7 @@ from autograder.judge.checks import (
     call,
     expect_tensor,
     rng,
+    shown,
     value_check,
 )
 from course.checking import note_value_checked, record, twin
@@ -77,10 +78,11 @@ def check_generate_with_cache_matches(generate_with_cache) -> None:
     fed = record(model, "fed")
     fed_after = fed[1:]
     if fed and fed[0] != 5:
-        raise CheckFailure(f"the first call fed {fed[0]} tokens: run the whole prompt "
+        raise CheckFailure(f"the first call fed {shown(fed[0])} tokens: run the whole prompt "
                            "(5 tokens) once to fill the cache (prefill).")
     if any(n != 1 for n in fed_after):
-        raise CheckFailure(f"after the prompt the model was fed {fed_after[:4]}... tokens per "
+        raise CheckFailure(f"after the prompt the model was fed {shown(fed_after[:4])}... "
+                           "tokens per "
                            "call: with a cache, feed only the newest token (idx[:, -1:]); "
                            "feeding the sequence again appends its keys to the cache twice.")
     if not torch.equal(got, want):

@@ -94,7 +94,11 @@ def _cache_shape(cache, label: str, shape: tuple[int, ...], heads: int) -> None:
 
 
 def _values(attn, w, d: int, heads: int, kv_heads: int, seed: int, decode: bool) -> None:
-    x = torch.randn(2, 7, d, generator=rng(seed), dtype=torch.float64)
+    g = rng(seed)
+    x = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
+    # Decoding reads tokens of its own: on the full pass's tokens it could replay that pass's
+    # outputs from memory instead of attending over the cache.
+    x_dec = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
     expected = reference(x, w, heads, kv_heads)
     candidates = {}
     if 1 < kv_heads < heads:
@@ -117,13 +121,14 @@ def _values(attn, w, d: int, heads: int, kv_heads: int, seed: int, decode: bool)
         _cache_shape(out[1], f"{label} without a cache", (2, kv_heads, 7, D_K), heads)
         if not decode:
             return
-        y1, c1 = call(attn, x[:, :5], name=f"{label}: prefill of 5 tokens")
+        y1, c1 = call(attn, x_dec[:, :5], name=f"{label}: prefill of 5 tokens")
         _cache_shape(c1, f"{label} after a prefill of 5 tokens", (2, kv_heads, 5, D_K), heads)
-        y2, c2 = call(attn, x[:, 5:6], c1, name=f"{label}: decoding token 6 with the cache")
+        y2, c2 = call(attn, x_dec[:, 5:6], c1, name=f"{label}: decoding token 6 with the cache")
         _cache_shape(c2, f"{label} after decoding token 6", (2, kv_heads, 6, D_K), heads)
-        y3, c3 = call(attn, x[:, 6:7], c2, name=f"{label}: decoding token 7 with the cache")
+        y3, c3 = call(attn, x_dec[:, 6:7], c2, name=f"{label}: decoding token 7 with the cache")
         _cache_shape(c3, f"{label} after decoding token 7", (2, kv_heads, 7, D_K), heads)
-    compare(torch.cat([y1, y2, y3], dim=1), expected, f"{label}: prefill + cached decoding",
+    compare(torch.cat([y1, y2, y3], dim=1), reference(x_dec, w, heads, kv_heads),
+            f"{label}: prefill + cached decoding",
             rtol=1e-5, atol=1e-6,
             hint="rotate the new token for position past, append its (shared) keys and values "
                  "to the cache once, then repeat them for the queries.")

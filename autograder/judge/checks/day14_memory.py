@@ -7,7 +7,7 @@ here for sizes the notebook never uses.
 
 from __future__ import annotations
 
-from autograder.judge.checks import CheckFailure, call, value_check
+from autograder.judge.checks import CheckFailure, call, shown, value_check
 from course.checking import note_value_checked
 
 KEYS = ("weights", "gradients", "optimizer", "total")
@@ -50,10 +50,10 @@ def check_training_memory(training_memory, lora_params) -> None:
                    optimizer_states=states, name=label)
         if not isinstance(out, dict) or set(out) != set(KEYS):
             raise CheckFailure(f"{label} should return a dict with keys {list(KEYS)}, got "
-                               f"{out!r}.")
+                               f"{shown(out)}.")
         bad = [k for k in KEYS if type(out[k]) is not int]
         if bad:
-            raise CheckFailure(f"{label}[{bad[0]!r}] is a {type(out[bad[0]]).__name__}: bytes "
+            raise CheckFailure(f"{label}[{shown(bad[0])}] is a {type(out[bad[0]]).__name__}: bytes "
                                "are whole numbers (int).")
         want = _expected(num, trainable, per_value, states)
         for key in KEYS[:3]:
@@ -77,6 +77,6 @@ def check_training_memory(training_memory, lora_params) -> None:
                  rank * d_in: "that is A (rank, d_in) alone: add B (d_out, rank)",
                  rank * d_out: "that is B (d_out, rank) alone: add A (rank, d_in)"}
         why = known.get(got, "") if got != want else "return an int"
-        raise CheckFailure(f"{label} returned {got!r}, expected {want:,}"
+        raise CheckFailure(f"{label} returned {shown(got)}, expected {want:,}"
                            + (f": {why}." if why else "."))
     note_value_checked()

@@ -84,13 +84,16 @@ def check_qk_norm_values(CachedCausalSelfAttention) -> None:
         attn.q_norm.weight.copy_(g_q)
         attn.k_norm.weight.copy_(g_k)
     x = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
+    # Decoding reads tokens of its own: on the full pass's tokens it could replay that pass's
+    # outputs from memory instead of attending over the cache.
+    x_dec = torch.randn(2, 7, d, generator=g, dtype=torch.float64)
     rmsnorm = ("your RMSNorm fails day14_rmsnorm_matches_torch",
                lambda: _rmsnorm_right(attn.q_norm, dk))
     with upstream(_rope_first([attn], dk), rmsnorm):
-        _values(attn, x, w_qkv, w_proj, heads, g_q, g_k)
+        _values(attn, x, w_qkv, w_proj, heads, g_q, g_k, x_dec)
 
 
-def _values(attn, x, w_qkv, w_proj, heads, g_q, g_k) -> None:
+def _values(attn, x, w_qkv, w_proj, heads, g_q, g_k, x_dec) -> None:
     expected = _reference(x, w_qkv, w_proj, heads, g_q, g_k)
 
     def variant(**kwargs) -> torch.Tensor:
@@ -110,14 +113,14 @@ def _values(attn, x, w_qkv, w_proj, heads, g_q, g_k) -> None:
                  "q and k are normalised after RoPE: normalise the head vectors first, then "
                  "rotate them": variant(after_rope=True)},
                 rtol=1e-5, atol=1e-6)
-        y1, c1 = call(attn, x[:, :5], name="prefill of 5 tokens with qk_norm=True")
-        y2, c2 = call(attn, x[:, 5:6], c1, name="decoding token 6 with qk_norm=True")
-        y3, c3 = call(attn, x[:, 6:7], c2, name="decoding token 7 with qk_norm=True")
+        y1, c1 = call(attn, x_dec[:, :5], name="prefill of 5 tokens with qk_norm=True")
+        y2, c2 = call(attn, x_dec[:, 5:6], c1, name="decoding token 6 with qk_norm=True")
+        y3, c3 = call(attn, x_dec[:, 6:7], c2, name="decoding token 7 with qk_norm=True")
     for label, cache, n in (("prefill", c1, 5), ("token 6", c2, 6), ("token 7", c3, 7)):
         if _cache_len(cache, f"qk_norm=True, after {label}") != n:
             raise CheckFailure(f"with qk_norm=True the cache should hold {n} keys after "
                                f"{label}.")
-    compare(torch.cat([y1, y2, y3], dim=1), expected,
+    compare(torch.cat([y1, y2, y3], dim=1), _reference(x_dec, w_qkv, w_proj, heads, g_q, g_k),
             "outputs of prefill + cached decoding with qk_norm=True", rtol=1e-5, atol=1e-6,
             hint="normalise this step's keys once, before RoPE and before they are appended to "
                  "the cache: the cached keys are already normalised and rotated.")
