@@ -267,28 +267,6 @@ def after_death(job: dict, why: str, control: dict | None) -> dict:
                   sandboxed=bool(job["settings"].get("sandbox"))).to_json()
 
 
-def status_confirmed(events: dict, graded, kernel_log: str, data_check, confirm
-                     ) -> tuple[str, list[str]]:
-    """:func:`autograder.grading.score._status_from`, except that checks which reported a
-    grader bug (a verdict's ``internal``) on this notebook's answers are the machine's fault
-    only when ``confirm()`` (what failed on the control, "" when it grades) says so: when the
-    answer key grades, those tests failed (0), the rest stands, and the flag says so."""
-    from autograder.grading.score import _status_from
-
-    status, flags = _status_from(events, graded, kernel_log, data_check)
-    judged = events.get("judged") or {}
-    bugs = sorted(g for g, v in judged.items() if v.get("internal") == "grader bug")
-    if status != "environment-error" or not bugs:
-        return status, flags
-    rest = dict(events, judged={g: dict(v, internal="") if g in bugs else v
-                                for g, v in judged.items()})
-    others, notes = _status_from(rest, graded, kernel_log, data_check)
-    if others == "environment-error" or confirm():
-        return status, flags
-    return others, notes + [f"review: the grader failed on this notebook's answers only "
-                            f"({', '.join(bugs)}; the answer key grades): those tests count 0"]
-
-
 def one_line(text: str, n: int = 300) -> str:
     """``text`` on one line, at most ``n`` characters (for a status's detail)."""
     text = " ".join(str(text).split())

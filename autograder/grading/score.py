@@ -282,6 +282,26 @@ def _run_status(events: dict, graded: nbformat.NotebookNode, kernel_log: str
     return "graded", notes
 
 
+def status_confirmed(events: dict, graded, kernel_log: str, data_check, confirm
+                     ) -> tuple[str, list[str]]:
+    """:func:`_status_from`, except that checks which reported a
+    grader bug (a verdict's ``internal``) on this notebook's answers are the machine's fault
+    only when ``confirm()`` (what failed on the control, "" when it grades) says so: when the
+    answer key grades, those tests failed (0), the rest stands, and the flag says so."""
+    status, flags = _status_from(events, graded, kernel_log, data_check)
+    judged = events.get("judged") or {}
+    bugs = sorted(g for g, v in judged.items() if v.get("internal") == "grader bug")
+    if status != "environment-error" or not bugs:
+        return status, flags
+    rest = dict(events, judged={g: dict(v, internal="") if g in bugs else v
+                                for g, v in judged.items()})
+    others, notes = _status_from(rest, graded, kernel_log, data_check)
+    if others == "environment-error" or confirm():
+        return status, flags
+    return others, notes + [f"review: the grader failed on this notebook's answers only "
+                            f"({', '.join(bugs)}; the answer key grades): those tests count 0"]
+
+
 def _own_code(submitted: nbformat.NotebookNode, release: nbformat.NotebookNode | None
               ) -> list[str]:
     """The learner's own code: every code cell except test cells and cells left as given."""

@@ -31,6 +31,7 @@ from autograder.grading.score import (
     _withhold_internals,
     graded_cells,
     score_notebook,
+    status_confirmed,
 )
 
 _WORKER: dict = {}
@@ -266,6 +267,10 @@ def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) 
         # is shown with its __init__ alone, the earlier days' modules come per kernel.
         package, allowed = kernel_files.standins_view(root, _WORKER["course_root"], day)
         ro.append([str(package), f"{sandbox.INNER_LIB}/course/standins"])
+        # the bytecode of an older single-file course/standins.py, where one was compiled
+        ro += [["/dev/null", f"{sandbox.INNER_LIB}/course/__pycache__/{p.name}"]
+               for p in (Path(_WORKER["course_root"]) / "course" / "__pycache__")
+               .glob("standins.*.pyc")]
         standins = str(allowed)
         kenv["TFS_STANDINS_DIR"] = kernel_files.INNER_STANDINS
         binds, data_env = kernel_files.dataset_binds()
@@ -338,7 +343,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
     from nbgrader.api import Gradebook
     from nbgrader.converters import Autograde
 
-    from autograder.grading import execute, preflight
+    from autograder.grading import execute
     from autograder.grading.preflight import kernel_data_problems
     from autograder.sandbox import cgroups, kernel_files
 
@@ -393,7 +398,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
         events["exit"] = json.loads(kernel_files.read_capped(private / "exit.json", 4096) or b"{}")
     except ValueError:
         events["exit"] = {}
-    status, flags = preflight.status_confirmed(
+    status, flags = status_confirmed(
         events, graded, _tail(private / "kernel.log", 4000),
         lambda names: kernel_data_problems(names, sandboxed), confirm)
     if status == "environment-error":
