@@ -46,13 +46,14 @@ from course.progressfile import (
     format_progress,
     load,
     progress_path,
+    progress_text,
     record,
     show_progress,
 )
 
 __all__ = ["COURSE_DAYS", "DAY_RE", "FILENAME", "GENERATED", "VERSION", "find_progress_file",
-           "format_progress", "load", "progress_path", "record", "selfcheck", "selfcheck_button",
-           "show_progress"]
+           "format_progress", "load", "progress_path", "progress_text", "record", "selfcheck",
+           "selfcheck_button", "show_progress"]
 
 
 def _current_notebook(notebook: str | os.PathLike | None) -> Path:

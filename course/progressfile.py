@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["FILENAME", "find_progress_file", "format_progress", "load", "progress_path",
-           "record", "show_progress"]
+           "progress_text", "record", "show_progress"]
 
 FILENAME = ".course_progress.json"
 VERSION = 1
@@ -198,21 +198,24 @@ def _course_days(root: Path | None) -> tuple[list[str], dict[str, float]]:
     return days, points
 
 
-def show_progress(folder: str | os.PathLike | None = None) -> str:
-    """Print (and return) the progress table seen from ``folder`` (default: current folder).
+def show_progress(folder: str | os.PathLike | None = None) -> None:
+    """Print the progress table seen from ``folder`` (default: current folder).
 
-    While nbgrader grades a notebook it prints one line instead (grades must not depend on
-    the grader's files).
+    Returns nothing, so that a notebook cell ending in ``show_progress()`` shows the table
+    once (:func:`progress_text` gives the text). While nbgrader grades a notebook it prints one
+    line instead (grades must not depend on the grader's files).
     """
+    print(progress_text(folder))
+
+
+def progress_text(folder: str | os.PathLike | None = None) -> str:
+    """The progress table :func:`show_progress` prints (one line while nbgrader grades)."""
     if os.environ.get("NBGRADER_EXECUTION"):
-        print("progress: not shown while nbgrader grades this notebook")
-        return ""
+        return "progress: not shown while nbgrader grades this notebook"
     path = find_progress_file(folder)
     here = Path(folder or Path.cwd()).resolve()
     days, maxes = _course_days(here if here.is_dir() else here.parent)
     data = load(path)
     if not days:
         days = sorted(data.get("days", {}))
-    text = format_progress(data, days, maxes, source=str(path))
-    print(text)
-    return text
+    return format_progress(data, days, maxes, source=str(path))

@@ -57,7 +57,7 @@ def test_progress_reads_the_file_selfcheck_wrote_from_anywhere_inside(tmp_path, 
     P.record(written, DAYS[2], 7, 7, {"day03_mask": (2, 2)}, nb)
     for start in {course, days_dir, nb.parent, nb}:
         assert P.find_progress_file(start) == written, start
-    text = P.show_progress(nb.parent)
+    text = P.progress_text(nb.parent)
     assert str(written) in text and "7/7" in text.replace(" ", ""), text
 
 
@@ -120,9 +120,10 @@ def test_table_lists_every_day_with_points(tmp_path):
 def test_show_progress_uses_the_course_days(root, tmp_path, capsys):
     """Does show_progress list the course's own days (from source/) for a learner folder?"""
     P.record(tmp_path / P.FILENAME, DAYS[1], 6, 8, {}, "b.ipynb")
-    P.show_progress(tmp_path)
+    assert P.show_progress(tmp_path) is None   # printed once, no repr after it (issue 48)
     out = capsys.readouterr().out
     assert "day01_why_rnns_struggle" in out and "6/8" in out
+    assert out.count("day01_why_rnns_struggle") == 1
 
 
 def test_current_notebook_found_from_session_or_folder(tmp_path, monkeypatch):
@@ -144,7 +145,8 @@ def test_selfcheck_does_nothing_while_nbgrader_grades(monkeypatch, capsys):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert P.selfcheck() is None
     assert "skipped" in capsys.readouterr().out
-    assert P.show_progress() == ""
+    assert P.show_progress() is None        # a cell ending in it shows no '' (issue 48)
+    assert "not shown" in capsys.readouterr().out
 
 
 def test_learner_modules_import_no_grading_material(fresh_python):

@@ -212,10 +212,12 @@ def selfcheck(notebook: Path, root: Path | None = None, save: bool = True,
 
 
 def show_progress(start: Path | None = None) -> str:
-    """Print the progress table for the learner folder at or above ``start``."""
+    """Print (and return) the progress table for the learner folder at or above ``start``."""
     from course import progress
 
-    return progress.show_progress(start)
+    text = progress.progress_text(start)
+    print(text)
+    return text
 
 
 # --------------------------------------------------------------------------- CLI
