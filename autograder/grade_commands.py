@@ -147,15 +147,24 @@ def _cmd_grade(args: argparse.Namespace) -> int:
                              progress=progress, collect_problems=problems, vouched=vouched)
     if progress is not None:
         progress.close()
+    if args.submissions.is_dir():
+        from autograder.grading.collect import unplaced
+
+        problems += unplaced(args.submissions, days, args.student)
     for why in problems:
         print(f"not graded: {why}", file=sys.stderr)
-    graded_days = [d for d in days if any(r.day == d for r in results)]
-    print_results(results, graded_days, out / "grades.csv", deadlines)
-    counts = {s: sum(r.status == s for r in results) for s in pipeline.STATUSES}
+    # Only the days someone submitted, unless the instructor named them.
+    graded_days = [d for d in days if any(r.day == d and (args.day or r.status != "missing")
+                                          for r in results)]
+    shown = [r for r in results if r.day in graded_days]
+    print_results(shown, graded_days, out / "grades.csv", deadlines)
+    counts = {s: sum(r.status == s for r in shown) for s in pipeline.STATUSES}
     print("statuses: " + ", ".join(f"{s} {n}" for s, n in counts.items() if n))
-    print(f"graded {len(results)} notebooks in {time.monotonic() - t0:.1f} s; results in "
-          f"{out / 'results'} (re-running grades only what changed)")
-    return 0
+    found = sum(r.status != "missing" for r in results)
+    print(f"graded {found} notebook{'s' * (found != 1)} of {len({r.student for r in results})} "
+          f"student(s) in {time.monotonic() - t0:.1f} s; results in {out / 'results'} "
+          "(re-running grades only what changed)")
+    return 0 if found else 1
 
 
 def _cmd_feedback(args: argparse.Namespace) -> int:
@@ -163,16 +172,34 @@ def _cmd_feedback(args: argparse.Namespace) -> int:
 
     out = args.output or Path("grading")
     deadlines = _deadlines(args, pipeline.find_root(args.root), out)
+    if not _has_results(out):
+        return 1
     pages = write_feedback(out / "results", out / "feedback", students=args.student,
                            days=args.day, deadlines=deadlines)
+    if not pages:
+        print(f"error: no result in {out / 'results'} matches --student/--day",
+              file=sys.stderr)
+        return 1
     print(f"wrote {len(pages)} feedback pages under {out / 'feedback'}")
     return 0
+
+
+def _has_results(out: Path) -> bool:
+    """Does ``out/results`` hold a graded result? Else one line on stderr."""
+    results = out / "results"
+    if results.is_dir() and any(results.glob("*/*.json")):
+        return True
+    print(f"error: no results in {results}: run `python -m autograder grade SUBMISSIONS "
+          f"--output {out}` first (or pass the --output that grade used)", file=sys.stderr)
+    return False
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from autograder.grading.report import write_report
 
     out = args.output or Path("grading")
+    if not _has_results(out):
+        return 1
     page = write_report(out / "results", out / "report")
     print(f"class report: {page}")
     return 0

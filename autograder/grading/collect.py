@@ -201,3 +201,31 @@ def discover(submissions: Path, days: list[str], students: list[str] | None = No
             jobs.append((sdir.name, day, find_submitted_notebook(ddir, day)
                          if ddir.is_dir() and not ddir.is_symlink() else None))
     return jobs
+
+
+def unplaced(submissions: Path, days: list[str], students: list[str] | None = None,
+             most: int = 200) -> list[str]:
+    """One line for each notebook in a student's folder that ``grade`` cannot place: not in
+    ``<student_id>/<dayNN_slug>/`` (``erin/day2/x.ipynb``, ``erin/x.ipynb``), with the day it
+    looks like (:func:`_day_of`: its name, else its graded cells) and where to move it.
+    Links are not followed; at most ``most`` lines."""
+    out: list[str] = []
+    if not submissions.is_dir():
+        return out
+    for sdir in sorted(p for p in submissions.iterdir()
+                       if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")):
+        if students and sdir.name not in students:
+            continue
+        for nb in sorted(sdir.rglob("*.ipynb")):
+            rel = nb.relative_to(submissions)
+            if len(rel.parts) > 5 or ".ipynb_checkpoints" in rel.parts or nb.is_symlink():
+                continue
+            if len(rel.parts) == 3 and rel.parts[1] in days:
+                continue                                  # placed (graded or reported there)
+            day = _day_of(nb, "/".join(rel.parts[1:]), days)
+            out.append(f"{rel}: not in a day folder ({sdir.name}/<dayNN_slug>/), so not graded"
+                       + (f"; it looks like {day}: move it to {sdir.name}/{day}/" if day else
+                          "; its day could not be told from its name or cells"))
+            if len(out) >= most:
+                return out
+    return out
