@@ -206,6 +206,9 @@ def test_gate_withholds_observed_checks_of_failed_names():
                 "other": V(True, "", ["FeedForward"], "observed")}
     unpaid = judge.gate(verdicts)
     assert list(unpaid) == ["device"] and "values" in unpaid["device"]
+    # in the learner's terms (issue 48, item 6), not the grader's
+    assert "counts once `SelfAttention` is right" in unpaid["device"]
+    assert "kernel's word" not in unpaid["device"]
 
 
 def test_gate_withholds_an_observed_check_only_for_the_value_checks_it_leans_on():

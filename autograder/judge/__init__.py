@@ -275,9 +275,11 @@ def gate(verdicts: dict[str, Verdict]) -> dict[str, str]:
                   and set(w.names) & set(v.names)
                   and (not v.leans_on or w.check in v.leans_on)]
         if failed:
-            unpaid[gid] = (f"not awarded: this check takes the kernel's word, and the value "
-                           f"checks of {', '.join(v.names)} did not all pass "
-                           f"({', '.join(failed)})")
+            names = sorted({n for g in failed for n in verdicts[g].names} & set(v.names))
+            unpaid[gid] = (f"not awarded yet: this test passed, and its points count once "
+                           f"{' and '.join(f'`{n}`' for n in names)} "
+                           f"{'is' if len(names) == 1 else 'are'} right "
+                           f"(fix what {', '.join(failed)} says first)")
     return unpaid
 
 
