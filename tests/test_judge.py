@@ -207,7 +207,7 @@ def test_gate_withholds_observed_checks_of_failed_names():
     unpaid = judge.gate(verdicts)
     assert list(unpaid) == ["device"] and "values" in unpaid["device"]
     # in the learner's terms (issue 48, item 6), not the grader's
-    assert "counts once `SelfAttention` is right" in unpaid["device"]
+    assert "count once `SelfAttention` is right" in unpaid["device"]
     assert "kernel's word" not in unpaid["device"]
 
 
