@@ -336,3 +336,33 @@ def _withhold_internals(tests: list[TestResult], verdicts: dict, own_code: list[
     unpaid = withheld(verdicts, found)
     return [TestResult(t.grade_id, 0.0, t.max_points, unpaid[t.grade_id])
             if t.grade_id in unpaid else t for t in tests], found.flags
+
+
+def _explain_undefined(tests: list[TestResult], own_code: list[str]) -> list[TestResult]:
+    """A test that failed because a name is not defined, where one of the learner's cells
+    that names it does not compile: say so, with the error and its line, instead of "run the
+    cell that defines it" (the cell ran, and failed before defining anything)."""
+    import re
+
+    broken = []
+    for i, src in enumerate(own_code, 1):
+        text = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
+                         for ln in src.splitlines())
+        try:
+            compile(text, f"cell {i}", "exec")
+        except SyntaxError as exc:
+            broken.append((i, src, f"{type(exc).__name__} at line {exc.lineno}: {exc.msg}"))
+        except ValueError:
+            continue
+    if not broken:
+        return tests
+    out = []
+    for t in tests:
+        m = re.search(r"name '(\w+)' is not defined", t.message or "")
+        hit = next((b for b in broken if m and re.search(rf"\b{m.group(1)}\b", b[1])), None)
+        if hit:
+            t = TestResult(t.grade_id, t.points, t.max_points,
+                           f"{m.group(1)} is not defined because cell {hit[0]} of your own "
+                           f"code does not run: {hit[2]}. Fix it, then run the cell.")
+        out.append(t)
+    return out

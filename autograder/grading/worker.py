@@ -26,6 +26,7 @@ from autograder.core.records import Result
 from autograder.grading import admission
 from autograder.grading.score import (
     MEMORY_WORDS,
+    _explain_undefined,
     _gate,
     _own_code,
     _withhold_internals,
@@ -388,6 +389,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
     # What the kernel holds for the judge (probes) is no answer: a cell that reaches into the
     # course's internals earns nothing for what it defines (autograder.judge.internals).
     tests, reached = _withhold_internals(tests, judged, own_code)
+    tests = _explain_undefined(tests, own_code)
     # Judged outside the kernel, a tampered kernel cannot earn a value check: what the static
     # scans find is for the instructor's eyes, not a reason to withhold points.
     forbidden = sorted({f for v in judged.values() if v["passed"] for f in v["forbidden"]})

@@ -32,9 +32,32 @@ def check_causal_self_attention(CausalSelfAttention) -> None:
         out2 = call(attn, x2, name="attention forward")
     if not torch.allclose(out[:, :3], out2[:, :3], atol=1e-5):
         raise CheckFailure("changing positions 3 and 4 changed the output at positions 0-2: "
-                           "the causal mask is not applied (fill scores above the diagonal with "
-                           "-inf before the softmax).")
+                           + _why_future(attn, x, out, 4))
     passed("CausalSelfAttention: (2, 5, 16) -> (2, 5, 16), and no position sees the future")
+
+
+def _why_future(attn, x: torch.Tensor, out: torch.Tensor, heads: int) -> str:
+    """Which mistake makes early outputs depend on later tokens: computed with the layer's own
+    ``qkv`` and ``proj`` weights (the course's contract) when it has them."""
+    import torch.nn.functional as F
+
+    unmasked = ("the causal mask is not applied (fill scores above the diagonal with -inf "
+                "before the softmax).")
+    qkv, proj = getattr(attn, "qkv", None), getattr(attn, "proj", None)
+    if not (isinstance(getattr(qkv, "weight", None), torch.Tensor)
+            and isinstance(getattr(proj, "weight", None), torch.Tensor)):
+        return unmasked
+    b, n, d = x.shape
+    with torch.no_grad():
+        q, k, v = qkv(x).split(d, dim=2)
+        q, k, v = (t.view(b, n, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)        # (B, H, N, d_k)
+        merged_wrong = proj(y.reshape(b, n, d))                             # heads not moved
+    if torch.allclose(out, merged_wrong, atol=1e-5):
+        return ("the heads were merged with reshape(B, N, D) straight from (B, H, N, d_k), "
+                "which mixes positions (it looks like seeing the future): transpose(1, 2) back "
+                "to (B, N, H, d_k) first, then .contiguous().view(B, N, D).")
+    return unmasked
 
 
 def check_block(Block) -> None:

@@ -89,6 +89,9 @@ def _reference_attention(x, w_qkv, w_proj, heads, mode="causal", scale=None):
         q, k, v = (t.reshape(b, heads, n, dk) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale_val)
         return y.transpose(1, 2).reshape(b, n, d) @ w_proj.T
+    elif mode == "no-merge-transpose":
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale_val)
+        return y.reshape(b, n, d) @ w_proj.T          # (B, H, N, dk) read as (B, N, D)
     else:  # pragma: no cover
         raise ValueError(mode)
     return y.transpose(1, 2).reshape(b, n, d) @ w_proj.T
@@ -197,6 +200,10 @@ def _attention_values(attn, x, w_qkv, w_proj, heads) -> None:
             _reference_attention(x, w_qkv, w_proj, heads, scale=1.0),
         "heads were split with view(B, H, N, d_k) instead of view(B, N, H, d_k).transpose(1, 2)":
             _reference_attention(x, w_qkv, w_proj, heads, "no-head-transpose"),
+        "heads were merged with reshape(B, N, D) straight from (B, H, N, d_k): transpose(1, 2) "
+        "back to (B, N, H, d_k) first (then .contiguous().view(B, N, D)); without it, "
+        "positions mix, which looks like seeing the future":
+            _reference_attention(x, w_qkv, w_proj, heads, "no-merge-transpose"),
     }
     compare(out, expected, "CausalSelfAttention output", candidates, rtol=1e-7, atol=1e-9)
     # A single token (N = 1) must attend only to itself: output = proj(v).
