@@ -1,0 +1,62 @@
+"""A notebook runs to its end (issue 48, items 3 and 4): "Run All" on a blank or a wrong
+notebook reaches the Self-check button, and a failed visible check reads in a few lines.
+
+nbclient stops at the first cell whose execute_reply is an error, as JupyterLab's Run All
+does; each notebook runs in a fresh kernel of the learner's kind (no NBGRADER_EXECUTION).
+"""
+
+from __future__ import annotations
+
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+DAY = "day02_queries_keys_values"
+
+
+def _run(nb, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
+    env["COURSE_SELFCHECK_STANDBY"] = "0"
+    os.environ.pop("NBGRADER_EXECUTION", None)
+    client = NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}})
+    client.km = client.create_kernel_manager()
+    client.km.extra_env = env  # noqa: B010 - jupyter_client reads it when it starts
+    client.execute(env=env)
+    return nb
+
+
+def _text(cell) -> str:
+    return "".join(o.get("text", "") + "".join(o.get("data", {}).get("text/plain", ""))
+                   + "\n".join(o.get("traceback", [])) for o in cell.get("outputs", []))
+
+
+def _answer(nb, gid: str, code: str):
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid:
+            cell.source = code
+    return nb
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["blank", "wrong"])
+def test_run_all_reaches_the_self_check_button(root, tmp_path, kind):
+    nb = nbformat.read(str(root / "release" / DAY / f"{DAY}.ipynb"), as_version=4)
+    if kind == "wrong":
+        nb = nbformat.read(str(root / "solutions" / DAY / f"{DAY}.ipynb"), as_version=4)
+        nb = _answer(nb, "day02_softmax", "def softmax(x, dim=-1):\n    return x.exp()\n")
+    (tmp_path / DAY).mkdir()
+    _run(nb, tmp_path / DAY)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "Run All stopped before the end"
+    assert "selfcheck_button" in code[-1].source
+    check = next(c for c in code if "check.check_softmax" in c.source)
+    text = _text(check)
+    assert "✗ check failed" in text, text
+    if kind == "blank":
+        assert "raised NotImplementedError" in text and "Hint" in text, text
+        others = "".join(_text(c) for c in code)
+        assert "Traceback" not in others, "an unwritten stub still prints a traceback"
+    assert "Traceback" not in text and text.count("\n") <= 8, text
