@@ -68,11 +68,15 @@ site/node_modules/.package-lock.json: site/package-lock.json
 	cd site && npm ci --no-audit --no-fund
 
 # The learner's own folder (LAB_DIR, default notebooks/, ignored by git): each day is copied from
-# release/ once; a newer version of a day is put beside the learner's, never over it.
+# release/ once; a newer version of a day is put beside the learner's, never over it. nbgrader's
+# JupyterLab extension is off there (autograder/selfcheck/lab): its Validate cannot run the hidden
+# tests, which are judged outside the kernel, so it said "Success" for wrong notebooks; the
+# notebook's Self-check button runs them.
 LAB_DIR ?= notebooks
 lab: $(STAMP)
 	$(PY) -m autograder workspace --dir '$(LAB_DIR)'
-	$(VENV)/bin/jupyter lab --notebook-dir='$(LAB_DIR)'
+	JUPYTER_CONFIG_PATH='$(CURDIR)/autograder/selfcheck/lab'$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  $(VENV)/bin/jupyter lab --notebook-dir='$(LAB_DIR)'
 
 build: $(STAMP)
 	$(PY) -m autograder build

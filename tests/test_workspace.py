@@ -102,3 +102,18 @@ def test_the_documented_commands_leave_an_edit_intact(root, tmp_path):
     run("selfcheck", str(nb))
     run("workspace", "--dir", str(mine))
     assert nb.read_bytes() == kept
+
+
+def test_the_learners_lab_has_no_nbgrader_menus_or_validate(root):
+    """Does `make lab`'s Jupyter config turn nbgrader's JupyterLab extension off (its Validate
+    said "Success" for wrong notebooks: the hidden tests are judged outside the kernel)?"""
+    import os
+
+    lab = root / "autograder" / "selfcheck" / "lab"
+    assert f"JUPYTER_CONFIG_PATH='$(CURDIR)/autograder/selfcheck/lab'" in \
+        (root / "Makefile").read_text()
+    env = dict(os.environ, JUPYTER_CONFIG_PATH=str(lab))
+    out = subprocess.run([str(Path(sys.executable).with_name("jupyter")), "labextension",
+                          "list"], env=env, capture_output=True, text=True, timeout=120)
+    line = next(x for x in (out.stdout + out.stderr).splitlines() if "@jupyter/nbgrader v" in x)
+    assert "disabled" in line, line
