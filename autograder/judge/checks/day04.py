@@ -63,7 +63,8 @@ def _reference(w: dict, d_model: int, num_heads: int) -> nn.MultiheadAttention:
     return ref
 
 
-def _wrong(w, x, num_heads, mask=None, scale=None, split="ok", w_o=True, fill=float("-inf")):
+def _wrong(w, x, num_heads, mask=None, scale=None, split="ok", w_o=True, fill=float("-inf"),
+           merge="ok"):
     """Multi-head attention on the judge's weights ``w`` with one classic mistake:
     (output, weights)."""
     B, T, C = x.shape
@@ -82,7 +83,10 @@ def _wrong(w, x, num_heads, mask=None, scale=None, split="ok", w_o=True, fill=fl
         if mask is not None:
             scores = scores.masked_fill(~mask, fill)
         attn = torch.softmax(scores, dim=-1)                    # (B, H, T, T)
-        out = (attn @ v).transpose(1, 2).reshape(B, T, C)       # (B, T, C)
+        if merge == "no-transpose":
+            out = (attn @ v).reshape(B, T, C)                   # (B, H, T, d_k) read as (B, T, C)
+        else:
+            out = (attn @ v).transpose(1, 2).reshape(B, T, C)   # (B, T, C)
         return (lin("W_O", out) if w_o else out), attn
 
 
@@ -180,8 +184,12 @@ def check_mha_matches_torch(MultiHeadSelfAttention) -> None:
         "you did not scale the scores: divide by sqrt(d_k)": _wrong(kept, x, 6, scale=1.0),
         "the output projection W_O is missing: apply self.W_O after merging the heads":
             _wrong(kept, x, 6, w_o=False),
+        "you merged the heads with reshape(batch, seq_len, d_model) straight from (batch, "
+        "num_heads, seq_len, d_k): transpose(1, 2) back first, then reshape":
+            _wrong(kept, x, 6, merge="no-transpose"),
     }
-    compare(w, expected_w, "attn_weights", {k: v[1] for k, v in mistakes.items()},
+    compare(w, expected_w, "attn_weights", {k: v[1] for k, v in mistakes.items()
+                                            if "merged the heads" not in k},
             rtol=1e-6, atol=1e-9)
     compare(out, expected, "output", {k: v[0] for k, v in mistakes.items()},
             rtol=1e-6, atol=1e-9, steps=_weights_first(w, expected_w), where=AFTER_SOFTMAX)
