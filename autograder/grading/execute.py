@@ -248,7 +248,11 @@ class GuardedExecute(Execute):
         # A dead kernel is never reconnected to, and a send with no peer would block forever:
         # every send gives up after a second, and the transport then asks why.
         ctx.setsockopt(zmq.SNDTIMEO, 1000)
-        ctx.setsockopt(zmq.MAXMSGSIZE, 256 * 1024 * 1024)
+        # The largest message the kernel may send the judge: one answer (64 MiB of JSON, as
+        # base64) and its envelope; zmq drops a larger one before it is read into memory.
+        from autograder.judge.remote import MAX_ANSWER_TEXT
+
+        ctx.setsockopt(zmq.MAXMSGSIZE, MAX_ANSWER_TEXT + 8 * 1024 * 1024)
         bc = BlockingKernelClient(context=ctx)
         bc.load_connection_info(self.km.get_connection_info(session=False))
         bc.start_channels(shell=True, iopub=False, stdin=True, hb=False, control=False)

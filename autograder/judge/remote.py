@@ -60,7 +60,7 @@ MAX_NOTEBOOK_BYTES = 1024 * 1024 * 1024
 # characters. The largest legitimate test decodes a few hundred thousand.
 MAX_TEST_NODES = 2_000_000
 # The base64 text of the largest answer the wire accepts: a longer one is refused before it
-# is decoded (the judge's client takes zmq messages of up to 256 MiB).
+# is decoded (the judge's client takes zmq messages of up to this plus 8 MiB).
 MAX_ANSWER_TEXT = 4 * -(-wire.MAX_REPLY // 3)
 
 
