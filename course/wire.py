@@ -37,6 +37,10 @@ from typing import Any
 import torch
 
 MAX_REPLY = 64 * 1024 * 1024      # characters of one encoded reply
+# A meta tensor (a shape, no data) costs one decoded value per this many elements: with the
+# budgets of one answer and one test, the judge never makes more than 16M (32M) elements from
+# shapes the kernel chose (a TinyGPT of the course's size holds 3.2M).
+META_PER_VALUE = 16
 MAX_DEPTH = 8                     # nesting of lists, tuples and dicts
 MAX_ITEMS = 100_000               # elements of one container
 # Values of one reply, all levels together: bytes and items per list alone let 46 MB of
@@ -212,6 +216,12 @@ def decode(data: Any, depth: int = 0, nodes: Nodes | None = None) -> Any:
         if key == "$m" and isinstance(body, list) and len(body) == 2 and body[0] in DTYPES \
                 and isinstance(body[1], list) and len(body[1]) <= 16 \
                 and all(isinstance(n, int) and 0 <= n < 2**31 for n in body[1]):
+            # No data, but the judge may make one of this shape (random weights to inject):
+            # its elements come out of the same budget, one value per META_PER_VALUE.
+            numel = 1
+            for n in body[1]:
+                numel *= n
+            nodes.take(numel // META_PER_VALUE)
             return torch.empty(body[1], dtype=DTYPES[body[0]], device="meta")
         if key in ("$l", "$u") and isinstance(body, list) and len(body) <= MAX_ITEMS:
             items = [decode(v, depth + 1, nodes) for v in body]

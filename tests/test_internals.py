@@ -207,3 +207,26 @@ def test_answer_keys_beside_them_earn_full_marks(graded, root):
         if student == "reference":
             assert (r.status, r.score) == ("graded", pipeline.max_score(root, day)), r
             assert not [f for f in r.flags if "internals" in f], r.flags
+
+
+@pytest.mark.parametrize("cells, everything", [
+    # the routes the attack round of issue 47 found: runpy, exec of a course file, a probe
+    (['import runpy\n_ns = runpy.run_module("cour" + "se.refer" + "ences")\n'
+      'SequenceClassifier = _ns["Reference" + "Sequence" + "Classifier"]'], False),
+    (['import os\nimport course\n_ns = {}\n'
+      'exec(compile(open(os.path.join(course.__path__[0], "refer" + "ences.py")).read(), '
+      '"x.py", "exec"), _ns)\nSequenceClassifier = _ns["ReferenceSequenceClassifier"]'], True),
+    (['from torch import nn\nimport runpy\n'
+      '_B = runpy.run_module("cour" + "se.pro" + "bes")["FeedForward" + "Block"]\n'
+      'class SequenceClassifier(_B):\n    pass'], False),
+    (["import importlib\nglobals()['SequenceClassifier'] = "
+      "importlib.import_module('x').Y"], True),
+])
+def test_code_found_at_run_time_earns_nothing(cells, everything):
+    """Does a cell that loads or runs code found at run time (runpy, exec, open, compile, a
+    module's __path__) earn nothing for what it defines, and nothing at all when it defines
+    names dynamically?"""
+    found = review(cells)
+    out = withheld({"t": {"names": ["SequenceClassifier"]}, "u": {"names": ["other"]}}, found)
+    assert "t" in out, found
+    assert ("u" in out) == everything, found

@@ -268,3 +268,21 @@ def test_a_graded_flood_of_empty_lists_stays_within_the_bound(root, tmp_path):
                for t in flooded), r["tests"]
     # the worker that judges is a child (so is the kernel, under its own 3 GiB limit)
     assert max(data["self_max_rss_kib"], data["children_max_rss_kib"]) * 1024 < BOUND, data
+
+
+def test_a_meta_tensor_costs_the_elements_it_names():
+    """A parameter on the meta device has no data, but the judge makes weights of its shape:
+    a 20,000 x 10,000 one (the attack that took the judge to 13.9 GB) is refused at decoding,
+    while the course's TinyGPT on meta (3.2M elements) decodes."""
+    import json
+
+    import pytest
+    import torch
+
+    from course import wire
+
+    big = json.dumps(wire.encode(torch.empty(20000, 10000, device="meta")))
+    with pytest.raises(wire.WireError):
+        wire.decode(wire.loads(big))
+    ok = wire.decode(wire.loads(json.dumps(wire.encode(torch.empty(3_221_504, device="meta")))))
+    assert ok.shape == (3_221_504,) and ok.device.type == "meta"

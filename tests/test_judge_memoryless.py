@@ -213,3 +213,33 @@ def test_cached_decoding_cannot_be_answered_from_the_pass_without_a_cache(module
     ns = _notebook(_day14_key(), DAY14_REMEMBERING.replace("BASE", name) if remembers else "")
     v = _verdict(ns, module, check, name)
     assert v.passed != remembers, v.message
+
+
+def test_a_decode_that_remembers_what_encode_saw_earns_nothing():
+    """A CharTokenizer whose decode looks up the strings its encode saw (the attack round of
+    issue 47: it earned the round-trip test 2/2) fails on ids no encode call produced."""
+    import pytest
+
+    from autograder.judge.checks import day13
+    from course.checking import CheckFailure
+
+    class CharTokenizer:
+        def __init__(self, text):
+            self.chars = sorted(set(text))
+            self.vocab_size = len(self.chars)
+            self.stoi = {c: i for i, c in enumerate(self.chars)}
+            self._seen = {}
+
+        def encode(self, s):
+            for c in s:
+                if c not in self.stoi:
+                    raise ValueError(f"unknown character {c!r}")
+            ids = [self.stoi[c] for c in s]
+            self._seen[tuple(ids)] = s
+            return ids
+
+        def decode(self, ids):
+            return self._seen.get(tuple(int(i) for i in ids), "")
+
+    with pytest.raises(CheckFailure, match="whatever was encoded before"):
+        day13.check_tokenizer_roundtrip(CharTokenizer)

@@ -42,6 +42,22 @@ OBJECTS = re.compile(r"\b(ReferenceSoftmax|ReferenceRNNForward|ReferenceSequence
                      r"in_kernel|reference_fit)\b")
 DYNAMIC = re.compile(r"\b(importlib|__import__|get_objects|get_referrers|get_referents)\b|"
                      r"\bsys\s*\.\s*modules\b|__subclasses__|__globals__|f_globals|f_back")
+# Modules that load or run code found at run time, or reach objects by search: an answer
+# never needs one, and each is a way to the course's files or the kernel's memory that no
+# name-based review could follow (runpy.run_module("cour" + "se.references")).
+CODE_MODULES = ("course", "runpy", "importlib", "pkgutil", "inspect", "marshal", "pickle",
+                "dill", "imp", "zipimport", "linecache", "gc", "ctypes", "builtins", "code",
+                "codeop", "sys")
+# Builtins that run code or reach a namespace: the same, by name.
+CODE_CALLS = ("exec", "eval", "compile", "__import__", "open", "globals", "vars", "locals",
+              "breakpoint")
+# Attributes that lead to a module's files, a function's globals or code.
+CODE_ATTRS = ("__path__", "__file__", "__spec__", "__loader__", "__code__", "__globals__",
+              "__builtins__", "__dict__", "__subclasses__", "__closure__", "f_globals",
+              "f_back", "f_locals", "gi_frame", "tb_frame")
+# What in a reaching cell defines names no review can list: then nothing is paid.
+DYNAMIC_DEFS = re.compile(r"\b(globals|vars|locals|exec|setattr)\s*\(|__dict__|__builtins__|"
+                          r"\bsys\s*\.\s*modules\b")
 NAMED = re.compile(r"[\"'][^\"']*(\bcourse\s*\.\s*\w+|\b(standins|probes|references)\b)[^\"']*"
                    r"[\"']")
 
@@ -111,6 +127,25 @@ def _why(node: ast.AST, aliases: set[str], kinds: tuple[str, ...] = INTERNAL) ->
     return ""
 
 
+def _runs_code(node: ast.AST) -> str:
+    """A route to code or objects found at run time (see CODE_MODULES, CALLS, ATTRS)."""
+    if isinstance(node, ast.Import):
+        # the course's public helpers may be imported (the package itself may not: its
+        # __path__ leads to every file of it)
+        hit = [a.name for a in node.names if a.name == "course"
+               or (a.name.split(".")[0] in CODE_MODULES and a.name.split(".")[0] != "course")]
+        return f"imports {', '.join(hit)}, which loads or finds code at run time" if hit else ""
+    if isinstance(node, ast.ImportFrom) and node.module \
+            and node.module.split(".")[0] in CODE_MODULES[1:]:
+        return f"imports from {node.module}, which loads or finds code at run time"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in CODE_CALLS:
+        return f"calls {node.func.id}(), which runs or reaches code found at run time"
+    if isinstance(node, ast.Attribute) and node.attr in CODE_ATTRS:
+        return f"uses .{node.attr}"
+    return ""
+
+
 def _dotted(node: ast.AST) -> str:
     parts = []
     while isinstance(node, ast.Attribute):
@@ -154,7 +189,7 @@ def review(sources: list[str]) -> Review:
             if _replaces(node, aliases):
                 out.replaced = True
                 whys.append((node.lineno, "replaces a function of the course"))
-            why = _why(node, aliases)
+            why = _why(node, aliases) or _runs_code(node)
             if why:
                 whys.append((getattr(node, "lineno", 0), why))
             note = _why(node, aliases, LOADERS)
@@ -183,6 +218,14 @@ def review(sources: list[str]) -> Review:
                               + ", defined by a cell that reaches the course's internals"))
         tainted |= more
     out.names = set().union(*(defined[i] for i in tainted)) if tainted else set()
+    for i in tainted:
+        code = "\n".join(line.split("#", 1)[0] for line in sources[i].splitlines())
+        dyn = sorted({m.group(0).strip("( ") for m in DYNAMIC_DEFS.finditer(code)})
+        if dyn or trees[i] is None:
+            # Names made by globals()/exec/setattr (or a cell that does not even parse) are
+            # not in ``defined``: nothing is paid.
+            out.replaced = True
+            taints[i].append((0, f"defines names dynamically ({', '.join(dyn) or 'unparsed'})"))
     for i in sorted(tainted):
         out.flags += _flags(i, sources[i], taints[i], "the course's internals are not an answer")
     return out

@@ -80,7 +80,14 @@ def check_ffn(FeedForward) -> None:
     expect_unchanged(ffn, w)
 
 
-LN_FORBIDDEN = ("torch.nn.functional.layer_norm", "torch.layer_norm")
+# PyTorch's other routes to the same normalisation: group_norm with one group over a
+# (N, C) view is a layer norm (found by the attack round of issue 47), instance and batch norm
+# over the right view too, and the native kernels behind them.
+LN_FORBIDDEN = ("torch.nn.functional.layer_norm", "torch.layer_norm",
+                "torch.nn.functional.group_norm", "torch.group_norm",
+                "torch.nn.functional.instance_norm", "torch.instance_norm",
+                "torch.nn.functional.batch_norm", "torch.batch_norm",
+                "torch.native_layer_norm", "torch.native_group_norm", "torch.native_batch_norm")
 
 
 @value_check

@@ -18,6 +18,7 @@ from autograder.judge.checks import (
     expect_tensor,
     manual_seed,
     rng,
+    shown,
     trusted_tinyshakespeare,
     upstream,
     value_check,
@@ -51,7 +52,16 @@ def check_tokenizer_roundtrip(CharTokenizer) -> None:
     for s in ("", "\t~~", text):
         back = call(tok.decode, call(tok.encode, s, name="encode"), name="decode")
         if back != s:
-            raise CheckFailure(f"decode(encode({s!r})) returned {back!r}.")
+            raise CheckFailure(f"decode(encode({s!r})) returned {shown(back)}.")
+    # Ids no encode call produced (drawn per submission): a decode that looks up what encode
+    # saw has nothing to return (found by the attack round of issue 47).
+    picks = torch.randint(len(chars), (24,), generator=rng(34)).tolist()
+    want_text = "".join(chars[i] for i in picks)
+    back = call(tok.decode, picks, name="decode")
+    if back != want_text:
+        raise CheckFailure(f"decode({picks}) returned {shown(back)}, expected {want_text!r}: "
+                           "decode maps each id to its character (the sorted vocabulary), "
+                           "whatever was encoded before.")
     try:
         got = tok.encode("zebra?")
     except (ValueError, KeyError) as exc:
