@@ -110,7 +110,7 @@ def test_the_learners_lab_has_no_nbgrader_menus_or_validate(root):
     import os
 
     lab = root / "autograder" / "selfcheck" / "lab"
-    assert f"JUPYTER_CONFIG_PATH='$(CURDIR)/autograder/selfcheck/lab'" in \
+    assert "JUPYTER_CONFIG_PATH='$(CURDIR)/autograder/selfcheck/lab'" in \
         (root / "Makefile").read_text()
     env = dict(os.environ, JUPYTER_CONFIG_PATH=str(lab))
     out = subprocess.run([str(Path(sys.executable).with_name("jupyter")), "labextension",
