@@ -230,3 +230,25 @@ def test_code_found_at_run_time_earns_nothing(cells, everything):
     out = withheld({"t": {"names": ["SequenceClassifier"]}, "u": {"names": ["other"]}}, found)
     assert "t" in out, found
     assert ("u" in out) == everything, found
+
+
+@pytest.mark.parametrize("cells", [
+    # a second, review-only bypass round (issue 47): importlib through another module's sys,
+    # sys imported from a public course module, __subclasses__ by a computed name, torch.sys
+    ["import os\nL = getattr(os.sys, 'modules')['import' + 'lib']\n"
+     "R = L.import_module('cour' + 'se.refer' + 'ences')\n"
+     "SequenceClassifier = getattr(R, 'Reference' + 'SequenceClassifier')"],
+    ["from course.progress import sys as S\nM = S.modules\n"
+     "R = M['import' + 'lib'].import_module('cour' + 'se.refer' + 'ences')\n"
+     "SequenceClassifier = getattr(R, 'Reference' + 'SequenceClassifier')"],
+    ["import torch\nsub = getattr(type, '__sub' + 'classes__')\n"
+     "def walk(c):\n    for s in sub(c):\n        yield s\n        yield from walk(s)\n"
+     "SequenceClassifier = next(c for c in walk(torch.nn.Module) "
+     "if c.__name__ == 'Reference' + 'SequenceClassifier')"],
+    ["import torch\nS = torch.sys\n"
+     "R = S.modules['import' + 'lib'].import_module('cour' + 'se.refer' + 'ences')",
+     "SequenceClassifier = getattr(R, 'Reference' + 'SequenceClassifier')"],
+])
+def test_second_round_bypasses_earn_nothing(cells):
+    found = review(cells)
+    assert "SequenceClassifier" in found.names or found.replaced, found

@@ -58,6 +58,9 @@ CODE_ATTRS = ("__path__", "__file__", "__spec__", "__loader__", "__code__", "__g
 # What in a reaching cell defines names no review can list: then nothing is paid.
 DYNAMIC_DEFS = re.compile(r"\b(globals|vars|locals|exec|setattr)\s*\(|__dict__|__builtins__|"
                           r"\bsys\s*\.\s*modules\b")
+# A string assembled from pieces that names what a review looks for.
+JOINED = re.compile(r"course|standins|probes|references|Reference|FeedForwardBlock|importlib|"
+                    r"__\w+__|\bsys\b|\bmodules\b|\bgc\b|runpy|marshal|pickle|builtins")
 NAMED = re.compile(r"[\"'][^\"']*(\bcourse\s*\.\s*\w+|\b(standins|probes|references)\b)[^\"']*"
                    r"[\"']")
 
@@ -138,12 +141,54 @@ def _runs_code(node: ast.AST) -> str:
     if isinstance(node, ast.ImportFrom) and node.module \
             and node.module.split(".")[0] in CODE_MODULES[1:]:
         return f"imports from {node.module}, which loads or finds code at run time"
+    if isinstance(node, ast.ImportFrom) and any(a.name in CODE_MODULES for a in node.names):
+        return f"imports {', '.join(a.name for a in node.names if a.name in CODE_MODULES)} " \
+               f"from {node.module}, which loads or finds code at run time"
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
             and node.func.id in CODE_CALLS:
         return f"calls {node.func.id}(), which runs or reaches code found at run time"
-    if isinstance(node, ast.Attribute) and node.attr in CODE_ATTRS:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr") \
+            and len(node.args) >= 2:
+        name = node.args[1]
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return f"calls {node.func.id}() with a name computed at run time"
+        if name.value.startswith("__") or name.value in CODE_MODULES + CODE_ATTRS:
+            return f"calls {node.func.id}(..., {name.value!r})"
+    if isinstance(node, ast.Attribute) and (node.attr in CODE_ATTRS or (
+            node.attr in CODE_MODULES and node.attr != "course")):
         return f"uses .{node.attr}"
+    joined = _joined(node)
+    if joined is not None and JOINED.search(joined):
+        return f"builds the string {joined[:60]!r}"
     return ""
+
+
+def _joined(node: ast.AST) -> str | None:
+    """The value of a string built from constant pieces ('cour' + 'se', f-strings of
+    constants, ''.join of constants), None for anything else or a plain constant."""
+    def value(n: ast.AST) -> str | None:
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            return n.value
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Mod)):
+            a, b = value(n.left), value(n.right)
+            return a + b if a is not None and b is not None else None
+        if isinstance(n, ast.JoinedStr):
+            parts = [value(v.value if isinstance(v, ast.FormattedValue) else v)
+                     for v in n.values]
+            return "".join(parts) if all(p is not None for p in parts) else None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+                and n.func.attr == "join" and len(n.args) == 1 \
+                and isinstance(n.args[0], (ast.List, ast.Tuple)):
+            sep = value(n.func.value)
+            parts = [value(e) for e in n.args[0].elts]
+            return sep.join(parts) if sep is not None and all(p is not None for p in parts) \
+                else None
+        return None
+
+    if isinstance(node, (ast.BinOp, ast.JoinedStr, ast.Call)):
+        return value(node)
+    return None
 
 
 def _dotted(node: ast.AST) -> str:
