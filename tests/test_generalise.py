@@ -193,7 +193,8 @@ def test_first_difference_names_the_first_step_that_differs():
      "Step: attn_weights matches; output does not: the mistake is after the softmax"),
     ("day04_multi_head_attention", "check_mha_matches_torch", "MultiHeadSelfAttention",
      "out = out.transpose(1, 2).contiguous().view(B, T, self.d_model)",
-     "out = out.reshape(B, T, self.d_model)",
+     # (merging without the transpose has its own diagnosis now: a mistake no catalogue names)
+     "out = (2 * out).transpose(1, 2).contiguous().view(B, T, self.d_model)",
      "Step: attn_weights matches; output does not: the mistake is after the softmax"),
     ("day06_encoder_layer", "check_encoder_wiring", "TransformerEncoderLayer",
      "self.ffn(self.norm2(x))", "self.ffn(self.norm1(x))",

@@ -252,3 +252,12 @@ def test_code_found_at_run_time_earns_nothing(cells, everything):
 def test_second_round_bypasses_earn_nothing(cells):
     found = review(cells)
     assert "SequenceClassifier" in found.names or found.replaced, found
+
+
+def test_sys_for_stderr_is_not_a_reach():
+    """`import sys` to print a warning is a learner's right; sys.modules under any name is not."""
+    ok = review(["import sys\nprint('note', file=sys.stderr)\ndef softmax(x, dim=-1):\n"
+                 "    return x"])
+    assert not ok.names and not ok.flags
+    bad = review(["import sys as S\nT = S\nsoftmax = T.modules['x'].y"])
+    assert "softmax" in bad.names

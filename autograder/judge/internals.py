@@ -47,7 +47,11 @@ DYNAMIC = re.compile(r"\b(importlib|__import__|get_objects|get_referrers|get_ref
 # name-based review could follow (runpy.run_module("cour" + "se.references")).
 CODE_MODULES = ("course", "runpy", "importlib", "pkgutil", "inspect", "marshal", "pickle",
                 "dill", "imp", "zipimport", "linecache", "gc", "ctypes", "builtins", "code",
-                "codeop", "sys")
+                "codeop")
+# sys itself is allowed (print(..., file=sys.stderr)); these of its attributes are not, under
+# any name sys is bound to, nor is sys reached as another module's attribute (os.sys).
+SYS_ROUTES = ("modules", "meta_path", "path_hooks", "path_importer_cache", "_getframe",
+              "settrace", "setprofile", "exc_info", "last_traceback")
 # Builtins that run code or reach a namespace: the same, by name.
 CODE_CALLS = ("exec", "eval", "compile", "__import__", "open", "globals", "vars", "locals",
               "breakpoint")
@@ -111,6 +115,26 @@ def _aliases(trees: list[ast.Module | None]) -> set[str]:
     return out - {"course"}
 
 
+def _sys_names(trees: list[ast.Module | None]) -> frozenset[str]:
+    """Every name own code binds to the sys module: ``import sys as S``, ``from x import sys``,
+    ``S = sys`` (to a fixpoint)."""
+    names = {"sys"}
+    for tree in trees:
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Import):
+                names |= {a.asname or a.name for a in node.names if a.name == "sys"}
+            elif isinstance(node, ast.ImportFrom):
+                names |= {a.asname or a.name for a in node.names if a.name == "sys"}
+    while True:
+        more = {t.id for tree in trees for node in (ast.walk(tree) if tree else ())
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                and node.value.id in names for t in node.targets
+                if isinstance(t, ast.Name)} - names
+        if not more:
+            return frozenset(names)
+        names |= more
+
+
 def _why(node: ast.AST, aliases: set[str], kinds: tuple[str, ...] = INTERNAL) -> str:
     if isinstance(node, ast.Import):
         hit = [a.name for a in node.names if _internal(a.name, kinds)]
@@ -130,7 +154,7 @@ def _why(node: ast.AST, aliases: set[str], kinds: tuple[str, ...] = INTERNAL) ->
     return ""
 
 
-def _runs_code(node: ast.AST) -> str:
+def _runs_code(node: ast.AST, sys_names: frozenset[str] = frozenset({"sys"})) -> str:
     """A route to code or objects found at run time (see CODE_MODULES, CALLS, ATTRS)."""
     if isinstance(node, ast.Import):
         # the course's public helpers may be imported (the package itself may not: its
@@ -153,11 +177,15 @@ def _runs_code(node: ast.AST) -> str:
         name = node.args[1]
         if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
             return f"calls {node.func.id}() with a name computed at run time"
-        if name.value.startswith("__") or name.value in CODE_MODULES + CODE_ATTRS:
+        if name.value.startswith("__") or name.value in CODE_MODULES + CODE_ATTRS + SYS_ROUTES \
+                or name.value == "sys":
             return f"calls {node.func.id}(..., {name.value!r})"
-    if isinstance(node, ast.Attribute) and (node.attr in CODE_ATTRS or (
+    if isinstance(node, ast.Attribute) and (node.attr in CODE_ATTRS or node.attr == "sys" or (
             node.attr in CODE_MODULES and node.attr != "course")):
         return f"uses .{node.attr}"
+    if isinstance(node, ast.Attribute) and node.attr in SYS_ROUTES \
+            and isinstance(node.value, ast.Name) and node.value.id in sys_names:
+        return f"uses {node.value.id}.{node.attr}"
     joined = _joined(node)
     if joined is not None and JOINED.search(joined):
         return f"builds the string {joined[:60]!r}"
@@ -225,6 +253,7 @@ def review(sources: list[str]) -> Review:
         except (SyntaxError, ValueError):
             trees.append(None)
     aliases = _aliases(trees)
+    sys_names = _sys_names(trees)
     out = Review()
     taints: list[list[tuple[int, str]]] = []
     for src, tree in zip(sources, trees, strict=True):
@@ -234,7 +263,7 @@ def review(sources: list[str]) -> Review:
             if _replaces(node, aliases):
                 out.replaced = True
                 whys.append((node.lineno, "replaces a function of the course"))
-            why = _why(node, aliases) or _runs_code(node)
+            why = _why(node, aliases) or _runs_code(node, sys_names)
             if why:
                 whys.append((getattr(node, "lineno", 0), why))
             note = _why(node, aliases, LOADERS)
