@@ -12,7 +12,10 @@
   writable and not listable, nbgrader's own permissions);
 - the instructor's course folder ``home/instructor/course`` holding every day's ``release/``
   notebooks, ready for ``nbgrader release_assignment``;
-- ``hub/`` (root, ``0700``): the generated ``jupyterhub_config.py``, the hub's database, logs.
+- ``hub/`` (root, ``0700``): the generated ``jupyterhub_config.py``, the hub's database, logs;
+- ``check/``: the class's Self-check (:mod:`autograder.classroom.hubcheck`), which grades a
+  student's saved notebook with the hidden tests on this side, in the sandbox, within a limit
+  per student the instructor sets (``--checks-per-day``).
 
 It also makes the checkout's ``source/``, ``solutions/``, ``autograder/`` (the hidden checks),
 ``tests/`` and its git folders (the repository's own too, for a worktree) unreadable to other
@@ -47,6 +50,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from autograder.classroom import hubcheck
 from autograder.classroom.guard import refuse_if_exposed
 from autograder.classroom.procs import cmdline, leftovers, restore_modes, sweep
 from autograder.classroom.setup import (
@@ -90,7 +94,8 @@ def hub_config(folder: Path, ip: str, port: int, names: list[str], python: Path,
         raise PipelineError("configurable-http-proxy is not installed: "
                             "`npm install -g configurable-http-proxy` (Node.js from apt)")
     env = {"JUPYTER_CONFIG_PATH": config_path,
-           "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin", **extra_env}
+           "PATH": f"{python.parent}:/usr/local/bin:/usr/bin:/bin",
+           "TFS_HUB_CHECK": str(hubcheck.socket_path(folder)), **extra_env}
     for key in ("COURSE_DATA_DIR", "COURSE_CACHE_DIR"):
         if os.environ.get(key):
             env[key] = os.environ[key]
@@ -144,8 +149,29 @@ def wait_for_hub(url: str, proc: subprocess.Popen, log: Path, timeout: float = 9
             time.sleep(0.3)
 
 
+def start_check(folder: Path, root: Path, per_day: int) -> subprocess.Popen:
+    """Start the class's self-check (:mod:`autograder.classroom.hubcheck`) as root, in
+    ``hub/`` (so that :func:`sweep` ends it with the hub), and wait for its socket."""
+    path = hubcheck.socket_path(folder)
+    path.unlink(missing_ok=True)
+    with open(folder / "hub" / "check.log", "ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "autograder.classroom.hubcheck",
+                                 "--dir", str(folder), "--root", str(root),
+                                 "--checks-per-day", str(per_day)],
+                                cwd=folder / "hub", stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise PipelineError(f"the class's self-check did not start (log "
+                                f"{folder / 'hub' / 'check.log'})")
+        time.sleep(0.1)
+    return proc
+
+
 def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
-          subdomain_host: str = "", user_memory: float | None = None) -> int:
+          subdomain_host: str = "", user_memory: float | None = None,
+          checks_per_day: int = 20) -> int:
     """Set up the classroom, run the hub until Ctrl-C / SIGTERM, then stop everything.
 
     Raises:
@@ -193,7 +219,9 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
                                 cwd=folder / "hub", stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     state.write_text(json.dumps({"pid": os.getpid(), "hub_pid": proc.pid, "url": url}))
+    check = None
     try:
+        check = start_check(folder, root, checks_per_day)
         wait_for_hub(url, proc, log)
         if closed:
             print("closed to other accounts while the hub runs: "
@@ -213,6 +241,9 @@ def start(folder: Path, root: Path, n_students: int, ip: str, port: int,
         while not stop_now and proc.poll() is None:
             time.sleep(0.3)
     finally:
+        if check is not None and check.poll() is None:
+            check.terminate()
+            check.wait(timeout=10)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the hub stops the servers and the proxy
             try:
@@ -259,7 +290,7 @@ def _cmd_classroom(args: argparse.Namespace) -> int:
     root = find_root(args.root)
     if args.action == "start":
         return start(args.dir, root, args.students, args.ip, args.port, args.subdomain_host,
-                     args.user_memory)
+                     args.user_memory, args.checks_per_day)
     if args.action == "stop":
         return stop(args.dir)
     from autograder.classroom import loop as classroom_loop
@@ -287,5 +318,9 @@ def add_classroom_command(sub, add_common) -> None:
     p.add_argument("--user-memory", type=float, default=None, metavar="GIB",
                    help="start: address space limit per process of a user's server, GiB "
                         "(default 6; 0: none, e.g. for CUDA)")
+    p.add_argument("--checks-per-day", type=int, default=20, metavar="N",
+                   help="start: the class's Self-check button, judged on this machine: at most "
+                        "N checks per student, assignment and calendar day (default 20; 0: no "
+                        "limit)")
     p.add_argument("--jobs", type=int, default=None, help="grade: parallel workers")
     p.set_defaults(func=_cmd_classroom)

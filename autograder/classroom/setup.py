@@ -27,9 +27,12 @@ MARK = "transformers-from-scratch classroom"
 COURSE_ID = "transformers-from-scratch"
 INSTRUCTOR = "instructor"
 
-# nbgrader's lab and server extensions that are for instructors only.
-INSTRUCTOR_ONLY_LAB = ["formgrader", "course-list", "create-assignment"]
-INSTRUCTOR_ONLY_SERVER = ["formgrader", "course_list"]
+# nbgrader's lab and server extensions off in the class: those for instructors only, and
+# Validate, which runs the notebook's visible cells only (the hidden tests are judged outside
+# the kernel) and so said "Success! Your notebook passes all the tests" of wrong notebooks.
+# The notebook's Self-check button is the class's check (autograder.classroom.hubcheck).
+CLASS_OFF_LAB = ["formgrader", "course-list", "create-assignment", "validate-assignment"]
+CLASS_OFF_SERVER = ["formgrader", "course_list", "validate_assignment"]
 
 
 def students(n: int) -> list[str]:
@@ -301,11 +304,11 @@ def prepare(folder: Path, root: Path, n_students: int) -> dict[str, str]:
     (config / "jupyter_server_config.d").mkdir(exist_ok=True)
     write_nbgrader_config(config / "nbgrader_config.py", exchange)
     (config / "labconfig" / "page_config.json").write_text(json.dumps(
-        {"disabledExtensions": {f"@jupyter/nbgrader:{x}": True for x in INSTRUCTOR_ONLY_LAB}}),
+        {"disabledExtensions": {f"@jupyter/nbgrader:{x}": True for x in CLASS_OFF_LAB}}),
         encoding="utf-8")
     (config / "jupyter_server_config.d" / "tfs-classroom.json").write_text(json.dumps({
         "ServerApp": {"jpserver_extensions": {f"nbgrader.server_extensions.{x}": False
-                                              for x in INSTRUCTOR_ONLY_SERVER}},
+                                              for x in CLASS_OFF_SERVER}},
         "LabApp": {"news_url": None}}), encoding="utf-8")
     for p in [config, *config.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)

@@ -9,6 +9,7 @@ command line. It may import :mod:`autograder.grading` (and what that may),
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -36,7 +37,7 @@ def _cmd_selfcheck(args) -> int:
         with contextlib.suppress(OSError):     # serve() may have closed stdout already
             sys.stdout.flush()
         os._exit(code)           # skip the interpreter's finalisation (PyTorch is loaded)
-    if not args.no_helper:
+    if not args.no_helper and not args.sandbox:
         from autograder.selfcheck import helper
 
         code = helper.check(args.notebook, root=args.root, save=not args.no_save)
@@ -44,7 +45,8 @@ def _cmd_selfcheck(args) -> int:
             return code
     from autograder.selfcheck.check import exit_status, selfcheck
 
-    return exit_status(selfcheck(args.notebook, root=args.root, save=not args.no_save))
+    return exit_status(selfcheck(args.notebook, root=args.root, save=not args.no_save,
+                                 sandbox=args.sandbox, shown=args.shown))
 
 
 def _cmd_progress(args) -> int:
@@ -68,6 +70,9 @@ def add_learner_commands(sub, add_common) -> None:
     p.add_argument("--standby", action="store_true",
                    help="get ready now, grade when 'go' arrives on stdin (the notebook's "
                         "Self-check button starts one ahead of time)")
+    p.add_argument("--sandbox", action="store_true",
+                   help="grade in the sandbox, as `grade` does (the class's check on the hub)")
+    p.add_argument("--shown", default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_selfcheck)
 
     p = sub.add_parser("progress", help="your points per day, from your latest self-checks")

@@ -29,14 +29,15 @@ STUDENT = "learner"
 NOT_RECORDED = ("environment-error", "error")
 
 
-def _grade_options() -> dict:
+def _grade_options(sandbox: bool = False) -> dict:
     """Keyword options of pipeline.grade for a learner grading their own notebook: no
-    sandbox (it is their own code, on their own machine), no cached results, and a fresh
+    sandbox (it is their own code, on their own machine; the class's check on the hub,
+    :mod:`autograder.classroom.hubcheck`, asks for it), no cached results, and a fresh
     secret per run: the hidden checks' inputs differ every time, so no run tells the next."""
     import inspect
 
     params = inspect.signature(pipeline.grade).parameters
-    wanted = {"sandbox": False, "resume": False, "secret": os.urandom(32)}
+    wanted = {"sandbox": sandbox, "resume": False, "secret": os.urandom(32)}
     return {k: v for k, v in wanted.items() if k in params}
 
 
@@ -126,10 +127,13 @@ def explain(message: str) -> str:
 
 
 def format_report(result: pipeline.Result, tests: dict[str, TestInfo], notebook: Path,
-                  seconds: float, progress_file: Path | None) -> tuple[str, dict]:
-    """The text a learner reads, and the results grouped by exercise."""
+                  seconds: float, progress_file: Path | None,
+                  shown: str | None = None) -> tuple[str, dict]:
+    """The text a learner reads, and the results grouped by exercise. ``shown``: the name
+    the notebook goes by instead of its path (the class's check grades a copy)."""
     saved = dt.datetime.fromtimestamp(notebook.stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
-    lines = [f"Self-check of {result.day} — {notebook} (saved {saved})",
+    lines = [f"Self-check of {result.day} — {shown or notebook} "
+             f"({'received' if shown else 'saved'} {saved})",
              "Hidden tests, run offline on a copy: your notebook is not changed.", ""]
     groups: dict[str, list[pipeline.TestResult]] = {}
     for t in result.tests:
@@ -172,11 +176,14 @@ def format_report(result: pipeline.Result, tests: dict[str, TestInfo], notebook:
 
 
 def selfcheck(notebook: Path, root: Path | None = None, save: bool = True,
-              echo: bool = True, runner=None) -> Report:
+              echo: bool = True, runner=None, sandbox: bool = False,
+              shown: str | None = None) -> Report:
     """Grade ``notebook`` with its day's hidden tests; print and return the report.
 
     ``runner``: grades the job instead of a worker process (see ``pipeline.grade``); the
     standby (:mod:`autograder.selfcheck.standby`) passes its kernel started ahead of time.
+    ``sandbox``: grade in the sandbox, as ``grade`` does (the class's check); ``shown``: the
+    notebook's name in the report instead of its path.
 
     Raises:
         PipelineError: for a missing notebook or one that belongs to no day of the course.
@@ -196,7 +203,7 @@ def selfcheck(notebook: Path, root: Path | None = None, save: bool = True,
         shutil.copy2(notebook, copy)
         results = pipeline.grade(root, Path(tmp) / "submitted", days=[day], jobs=1,
                                  work=[(STUDENT, day, copy)], runner=runner,
-                                 **_grade_options())
+                                 **_grade_options(sandbox))
     result = results[0]
     seconds = time.monotonic() - t0
     path = None
@@ -205,7 +212,7 @@ def selfcheck(notebook: Path, root: Path | None = None, save: bool = True,
         progress.record(path, day, result.score, result.max_score,
                         {t.grade_id: (t.points, t.max_points) for t in result.tests},
                         notebook, status=result.status)
-    text, groups = format_report(result, test_map(root, day), notebook, seconds, path)
+    text, groups = format_report(result, test_map(root, day), notebook, seconds, path, shown)
     if echo:
         print(text)
     return Report(notebook, day, result, text, path, seconds, groups)

@@ -6,8 +6,9 @@ that user's own system account) with two students; then:
 1. the instructor releases Day 2 (``classroom release 2``: nbgrader's ``release_assignment``);
 2. both students log in through the hub's login page, open nbgrader's Assignment List in
    their lab and click "Fetch";
-3. student1 types the answer key's code (from ``solutions/``) into the answer cells and saves;
-   both click "Submit";
+3. student1 types the answer key's code (from ``solutions/``) into the answer cells and saves,
+   finds no nbgrader Validate button, runs the Self-check button's cell and clicks it: the
+   hub's check (``autograder.classroom.hubcheck``) answers 8/8; both click "Submit";
 4. the instructor collects, grades (the course's sandboxed ``grade``) and returns feedback
    (``classroom collect|grade|return 2``);
 5. both students click "Fetch Feedback" and open their feedback page: 8 / 8 for student1,
@@ -202,6 +203,24 @@ def test_a_class_in_the_browser(folder, browser_path):  # noqa: F811
                 cells.nth(min(_solution_cells())).scroll_into_view_if_needed()
                 page.screenshot(path=str(out / "classroom_student_lab.png"))
                 step("student1: fill in the answers and save", t)
+                # No nbgrader Validate in the class (it cannot run the hidden tests and said
+                # "Success" of wrong notebooks); the Self-check button is judged by the hub.
+                assert page.locator(".jp-NotebookPanel-toolbar",
+                                    has_text="Validate").count() == 0
+                button_cell = cells.nth(len(cells.all()) - 1)
+                button_cell.scroll_into_view_if_needed()
+                button_cell.click()
+                page.keyboard.press("Shift+Enter")
+                button = page.locator(".jupyter-widgets button", has_text="Self-check").first
+                button.wait_for(state="visible", timeout=120_000)
+                t = time.monotonic()
+                button.click()
+                report = page.locator(".jp-OutputArea-output", has_text="Total: 8/8 points")
+                report.first.wait_for(state="visible", timeout=180_000)
+                step("student1: Self-check, click to report (judged by the hub)", t)
+                assert "all tests pass" in report.first.inner_text()
+                report.first.scroll_into_view_if_needed()
+                page.screenshot(path=str(out / "classroom_selfcheck.png"))
                 saved = json.loads((folder / "home/student1" / DAY / f"{DAY}.ipynb")
                                    .read_text())
                 assert "NotImplementedError" not in "".join(

@@ -1,0 +1,315 @@
+"""The class's self-check: a student's Self-check button, judged on the instructor's side.
+
+On the hub the hidden tests are out of the students' reach (``classroom start`` closes
+``autograder/`` to them), so a student's kernel cannot grade its own notebook. This service,
+which ``classroom start`` runs as root beside the hub, does it for them:
+
+- it listens on a Unix socket, ``<classroom>/check/check.sock`` (the folder ``0711``, the
+  socket ``0666``): every local account can connect, and the kernel tells *who* connects
+  (``SO_PEERCRED``), not anything the student sends. Only the classroom's accounts are served.
+- the request: one JSON line ``{"notebook": "<file name>", "size": N}``, then the notebook's
+  N bytes (at most :data:`MAX_BYTES`, within :data:`READ_SECONDS`). The file name only picks
+  the day (:func:`autograder.selfcheck.check.day_of`); it never becomes a path.
+- the check: the bytes go to a fresh root-only folder and ``python -m autograder selfcheck
+  --sandbox --no-save --no-helper`` grades them exactly as ``grade`` grades a submission
+  (admission, the sandbox, the judge, a fresh secret per check; the same report as the
+  self-paced button). One check runs at a time (the machine also serves the class); a student
+  has one in flight at most, and at most ``--checks-per-day`` a calendar day per assignment
+  (``check/usage.json``, kept across restarts; 0: no limit). Every check that starts grading
+  counts.
+- the answer: the report's lines (at most :data:`MAX_REPORT` characters), then
+  :data:`autograder.selfcheck.protocol.SENTINEL` and the exit status (0 full marks, 1 points
+  lost, 2 not graded or refused). ``course.progress.selfcheck`` is the client
+  (``$TFS_HUB_CHECK`` names the socket in every server the hub starts).
+
+Nothing a student sends is kept: the folder of each check is removed when it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from autograder.selfcheck.protocol import SENTINEL
+
+SOCKET_NAME = "check.sock"
+MAX_BYTES = 20 * 1024 * 1024        # a notebook bigger than this is refused unread
+MAX_HEADER = 4096
+READ_SECONDS = 60.0                 # the whole request, header and notebook
+CHECK_SECONDS = 600.0               # one check, grading included
+MAX_REPORT = 64 * 1024
+MAX_CONNECTIONS = 64                # at once, all accounts together
+
+
+def socket_path(folder: Path) -> Path:
+    """Where the service listens in the classroom ``folder``."""
+    return folder / "check" / SOCKET_NAME
+
+
+class Refused(Exception):
+    """A request the service answers with one line and exit status 2."""
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def _read_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refused("the notebook did not arrive in time")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(min(1 << 20, n - got))
+        except TimeoutError:
+            raise Refused("the notebook did not arrive in time") from None
+        if not chunk:
+            raise Refused("the connection closed before the whole notebook arrived")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_request(sock: socket.socket, max_bytes: int = MAX_BYTES,
+                 seconds: float = READ_SECONDS) -> tuple[str, bytes]:
+    """(file name, notebook bytes) of one request, read within ``seconds``.
+
+    Raises:
+        Refused: a malformed, oversized or late request.
+    """
+    deadline = time.monotonic() + seconds
+    header = b""
+    while not header.endswith(b"\n"):
+        if len(header) >= MAX_HEADER:
+            raise Refused("the request's first line is too long")
+        header += _read_exactly(sock, 1, deadline)
+    try:
+        meta = json.loads(header)
+        name, size = meta["notebook"], meta["size"]
+    except (ValueError, KeyError, TypeError):
+        raise Refused("the request is not {\"notebook\": NAME, \"size\": N}") from None
+    if not isinstance(name, str) or not isinstance(size, int) or isinstance(size, bool) \
+            or size < 0:
+        raise Refused("the request is not {\"notebook\": NAME, \"size\": N}")
+    if size > max_bytes:
+        raise Refused(f"the notebook is {size / 2**20:.1f} MiB; the class's check takes "
+                      f"{max_bytes / 2**20:.0f} MiB at most (clear large outputs, save, retry)")
+    return os.path.basename(name)[:200], _read_exactly(sock, size, deadline)
+
+
+class Usage:
+    """Checks per (account, assignment, calendar day), in a root-only JSON file."""
+
+    def __init__(self, path: Path, per_day: int):
+        self.path, self.per_day, self.lock = path, per_day, threading.Lock()
+        try:
+            self.counts = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.counts = {}
+
+    @staticmethod
+    def key(name: str, day: str) -> str:
+        return f"{dt.date.today().isoformat()} {name} {day}"
+
+    def take(self, name: str, day: str) -> int:
+        """Count one check; returns how many are left today (raises Refused at the limit)."""
+        with self.lock:
+            key = self.key(name, day)
+            used = int(self.counts.get(key, 0))
+            if self.per_day and used >= self.per_day:
+                raise Refused(f"you have used your {self.per_day} checks of {day} for today; "
+                              "your instructor sets this limit")
+            self.counts = {k: v for k, v in self.counts.items()
+                           if k.split(" ", 1)[0] == dt.date.today().isoformat()}
+            self.counts[key] = used + 1
+            tmp = self.path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(self.counts, fh)
+            os.replace(tmp, self.path)
+            return self.per_day - used - 1 if self.per_day else -1
+
+
+class HubCheck:
+    """The service's state: who may ask, who is being served, the one grading slot."""
+
+    def __init__(self, folder: Path, root: Path, per_day: int, python: str = sys.executable):
+        from autograder.classroom.setup import account_uids
+
+        self.folder, self.root, self.python = folder, root, python
+        self.accounts = account_uids(folder)            # uid -> name, classroom accounts only
+        self.work = folder / "check" / "work"
+        self.usage = Usage(folder / "check" / "usage.json", per_day)
+        self.busy: set[str] = set()
+        self.lock = threading.Lock()
+        self.slot = threading.Semaphore(1)
+        self.waiting = 0
+
+    def who(self, sock: socket.socket) -> str:
+        name = self.accounts.get(_peer_uid(sock))
+        if name is None:
+            raise Refused("only the classroom's accounts can use the class's check")
+        return name
+
+    def serve_one(self, sock: socket.socket, send) -> int:
+        """Answer one connection: returns the exit status sent after the report."""
+        from autograder.core.course import PipelineError, list_days
+        from autograder.selfcheck.check import day_of
+
+        name = self.who(sock)
+        with self.lock:
+            if name in self.busy:
+                raise Refused("a check of yours is already running: wait for its report")
+            self.busy.add(name)
+        try:
+            filename, data = read_request(sock)
+            try:
+                day = day_of(Path(filename), self.root)
+            except PipelineError as exc:
+                raise Refused(str(exc)) from None
+            if day not in list_days(self.root):
+                raise Refused(f"{filename} is not a notebook of the course")
+            left = self.usage.take(name, day)
+            with self.lock:
+                ahead = self.waiting
+                self.waiting += 1
+            if ahead:
+                send(f"Waiting for {ahead} check(s) of the class ahead of yours...")
+            try:
+                with self.slot:
+                    rc = self.grade(name, day, filename, data, send)
+            finally:
+                with self.lock:
+                    self.waiting -= 1
+            if left >= 0:
+                send(f"({left} check(s) of {day} left today.)")
+            return rc
+        finally:
+            with self.lock:
+                self.busy.discard(name)
+
+    def grade(self, name: str, day: str, filename: str, data: bytes, send) -> int:
+        """Grade ``data`` as ``name``'s ``day`` in a fresh folder; relay the report."""
+        from autograder.grading.pipeline import notebook_name
+
+        self.work.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.work, 0o700)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.work))
+        try:
+            copy = tmp / day / notebook_name(day)
+            copy.parent.mkdir()
+            copy.write_bytes(data)
+            cmd = [self.python, "-m", "autograder", "selfcheck", "--root", str(self.root),
+                   "--sandbox", "--no-save", "--no-helper", "--shown", filename, str(copy)]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, cwd=tmp, text=True,
+                                    errors="replace", start_new_session=True)
+            timer = threading.Timer(CHECK_SECONDS, proc.kill)
+            timer.start()
+            sent = 0
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    if line.startswith("\x1e") or sent > MAX_REPORT:
+                        continue
+                    sent += len(line)
+                    send(line.rstrip("\n"))
+                rc = proc.wait()
+            finally:
+                timer.cancel()
+            if rc < 0:
+                send(f"The check was stopped after {CHECK_SECONDS:.0f} s.")
+                return 2
+            return rc if rc in (0, 1) else 2
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _close_gently(sock: socket.socket, seconds: float = 1.0) -> None:
+    """End our side, then drop what the client still sends for up to ``seconds`` (closing
+    with unread data would reset the connection before the client read the answer)."""
+    sock.shutdown(socket.SHUT_WR)
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            if not sock.recv(1 << 16):
+                return
+        except (TimeoutError, OSError):
+            return
+
+
+def make_server(service: HubCheck, path: Path) -> socketserver.ThreadingUnixStreamServer:
+    """The listening server (the socket ``0666`` in a ``0711`` root folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path.parent, 0, 0)
+    os.chmod(path.parent, 0o711)
+    path.unlink(missing_ok=True)
+    active = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            sock = self.request
+            if not active.acquire(blocking=False):
+                return                                  # too many at once: closed unanswered
+
+            def send(text: str) -> None:
+                sock.settimeout(30)
+                sock.sendall((text + "\n").encode("utf-8", "replace"))
+
+            try:
+                try:
+                    rc = service.serve_one(sock, send)
+                except Refused as exc:
+                    send(f"Self-check refused: {exc}")
+                    rc = 2
+                send(f"{SENTINEL}{rc}")
+                _close_gently(sock)
+            except OSError:
+                pass                                    # the student's side went away
+            finally:
+                active.release()
+
+    class Server(socketserver.ThreadingUnixStreamServer):
+        daemon_threads = True
+
+    server = Server(str(path), Handler)
+    os.chmod(path, 0o666)
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m autograder.classroom.hubcheck")
+    p.add_argument("--dir", type=Path, required=True, help="the classroom's folder")
+    p.add_argument("--root", type=Path, required=True, help="the course checkout")
+    p.add_argument("--checks-per-day", type=int, default=20)
+    args = p.parse_args(argv)
+    folder = args.dir.resolve()
+    service = HubCheck(folder, args.root.resolve(), args.checks_per_day)
+    server = make_server(service, socket_path(folder))
+    print(f"class self-check listening on {socket_path(folder)}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        socket_path(folder).unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

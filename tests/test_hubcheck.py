@@ -1,0 +1,124 @@
+"""The class's self-check (autograder/classroom/hubcheck.py): a student's Self-check button on
+the hub, judged on the instructor's side in the sandbox, within a limit per student.
+
+The service runs here in a thread on a socket in a temporary folder, with this process's uid
+standing for ``student1``; the client is the notebook's own (``course.progress``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+
+import pytest
+
+from autograder import sandbox
+from autograder.classroom import hubcheck
+from course import progress
+
+DAY2 = "day02_queries_keys_values"
+
+
+@pytest.fixture
+def service(root, tmp_path):
+    svc = hubcheck.HubCheck(tmp_path, root, per_day=2)
+    svc.accounts = {os.getuid(): "student1"}
+    server = hubcheck.make_server(svc, tmp_path / "check" / "check.sock")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield svc, str(tmp_path / "check" / "check.sock")
+    server.shutdown()
+    server.server_close()
+
+
+def _ask(path: str, header: bytes, body: bytes = b"") -> str:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(path)
+        sock.sendall(header + body)
+        sock.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out.decode()
+
+
+def _notebook(root, tmp_path, which: str):
+    src = root / which / DAY2 / f"{DAY2}.ipynb"
+    dest = tmp_path / "home" / DAY2 / f"{DAY2}.ipynb"
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(src.read_bytes())
+    return dest
+
+
+def test_a_student_gets_the_judged_report(service, root, tmp_path, capsys):
+    """Does the button, on the hub, get the hidden tests' report for the answer key (full
+    marks) and for the blank release notebook (points lost, with the stub named)?"""
+    ok, why = sandbox.available()
+    if not ok:
+        pytest.skip(f"bubblewrap is needed for the class's check: {why}")
+    svc, path = service
+    svc.usage.per_day = 0
+    key = _notebook(root, tmp_path, "solutions")
+    assert progress._hub_check(key, path, timeout=300) == 0
+    out = capsys.readouterr().out
+    assert f"Self-check of {DAY2} — {DAY2}.ipynb (received" in out
+    assert "all tests pass" in out and str(tmp_path / "check") not in out
+    blank = tmp_path / "blank.ipynb"
+    blank.write_bytes((root / "release" / DAY2 / f"{DAY2}.ipynb").read_bytes())
+    os.rename(blank, blank.with_name(f"{DAY2}-copy.ipynb"))
+    assert progress._hub_check(blank.with_name(f"{DAY2}-copy.ipynb"), path, timeout=300) == 1
+    out = capsys.readouterr().out
+    assert "✘ FAIL" in out and "raise NotImplementedError()" in out
+    assert not list((tmp_path / "check" / "work").iterdir())      # nothing kept
+
+
+def test_the_limit_per_student_and_day(service, tmp_path, monkeypatch):
+    """After the instructor's limit of checks of one assignment today, is the next refused
+    before any grading (and another assignment still allowed)?"""
+    svc, path = service
+    graded = []
+    monkeypatch.setattr(svc, "grade", lambda *a: graded.append(a[1]) or 0)
+    body = b"{}"
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": len(body)}).encode() + b"\n"
+    for left in (1, 0):
+        assert f"({left} check(s) of {DAY2} left today.)" in _ask(path, head, body)
+    out = _ask(path, head, body)
+    assert "used your 2 checks" in out and out.rstrip().endswith("\x1eexit 2")
+    other = json.dumps({"notebook": "day03_self_attention.ipynb", "size": 2}).encode() + b"\n"
+    assert "left today" in _ask(path, other, body)
+    assert graded == [DAY2, DAY2, "day03_self_attention"]
+    assert json.loads((tmp_path / "check" / "usage.json").read_text())   # kept across restarts
+
+
+@pytest.mark.parametrize("header, body, said", [
+    (b'{"notebook": "x.ipynb", "size": 999999999}\n', b"", "MiB at most"),
+    (b"not json\n", b"", "is not {"),
+    (b'{"notebook": ["a"], "size": 1}\n', b"x", "is not {"),
+    (b'{"notebook": "homework.ipynb", "size": 2}\n', b"{}", "cannot tell which day"),
+    (b'{"notebook": "../../day02_queries_keys_values.ipynb", "size": 5}\n', b"{}",
+     "closed before the whole notebook"),
+    (b"x" * 5000, b"", "first line is too long"),
+])
+def test_bad_requests_are_refused_in_one_line(service, monkeypatch, header, body, said):
+    """Is each malformed, oversized, short or unplaceable request refused with a reason,
+    none graded and none counted?"""
+    svc, path = service
+    monkeypatch.setattr(svc, "grade", lambda *a: pytest.fail("graded a bad request"))
+    out = _ask(path, header, body)
+    assert said in out and out.rstrip().endswith("\x1eexit 2")
+    assert svc.usage.counts == {}
+
+
+def test_only_classroom_accounts_and_one_check_at_a_time(service, monkeypatch):
+    """Is an account outside the classroom refused, and a student's second check while the
+    first runs?"""
+    svc, path = service
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": 2}).encode() + b"\n"
+    svc.accounts = {}
+    assert "only the classroom's accounts" in _ask(path, head, b"{}")
+    svc.accounts = {os.getuid(): "student1"}
+    svc.busy.add("student1")
+    assert "already running" in _ask(path, head, b"{}")
