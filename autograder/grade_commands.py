@@ -171,11 +171,12 @@ def _cmd_feedback(args: argparse.Namespace) -> int:
     from autograder.grading.feedback import write_feedback
 
     out = args.output or Path("grading")
-    deadlines = _deadlines(args, pipeline.find_root(args.root), out)
+    root = pipeline.find_root(args.root)
+    deadlines = _deadlines(args, root, out)
     if not _has_results(out):
         return 1
     pages = write_feedback(out / "results", out / "feedback", students=args.student,
-                           days=args.day, deadlines=deadlines)
+                           days=args.day, deadlines=deadlines, root=root)
     if not pages:
         print(f"error: no result in {out / 'results'} matches --student/--day",
               file=sys.stderr)
@@ -200,7 +201,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     out = args.output or Path("grading")
     if not _has_results(out):
         return 1
-    page = write_report(out / "results", out / "report")
+    page = write_report(out / "results", out / "report", pipeline.find_root(args.root))
     print(f"class report: {page}")
     return 0
 

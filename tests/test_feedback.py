@@ -42,7 +42,24 @@ def test_feedback_never_shows_hidden_tests(root):
     assert "class SelfAttention" in page  # the learner's own code
     assert "mask the scores" in page  # the diagnosis
     for gid, _ in graded_cells(nb):
-        assert f"Test {gid}" in page
+        assert f'<span class="id">{gid}</span>' in page
+
+
+def test_feedback_opens_with_points_per_exercise_in_readable_names(root):
+    """With the course at hand, does the page open with the day's title and a points table
+    per exercise, name each test by what it checks, and drop empty reprs (a stray '')?"""
+    result, nb = _result(root)
+    nb.cells.insert(1, nbformat.v4.new_code_cell("show()"))
+    nb.cells[1].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "''"}),
+                           nbformat.v4.new_output("stream", text="x" * 400)]
+    page = render(result, nb, root=root)
+    assert "<h1>Day 3: " in page and "Points per exercise" in page
+    table = page.split("<h2>Points per exercise</h2>", 1)[1].split("</table>", 1)[0]
+    assert table.count("<tr>") >= 3 and "total" in table
+    assert f"{result.score:g} / {result.max_score:g}" in table
+    assert "the mask was added after softmax; mask the scores" in page
+    assert "&#39;&#39;" not in page and "x" * 400 in page          # long lines wrap (CSS)
+    assert "white-space:pre-wrap" in page
 
 
 def test_feedback_for_a_missing_notebook_explains_the_status(root, tmp_path):

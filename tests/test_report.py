@@ -88,3 +88,27 @@ def test_diagnoses_group_by_what_the_message_names():
     assert second["diagnosis"].startswith("only indices # of dimension #")
     assert all("differs from the expected" not in x["diagnosis"]
                for x in summarize(out)["frequent"])
+
+
+def test_blank_notebooks_are_not_started_not_a_diagnosis(root, tmp_path):
+    """Do notebooks whose only failures are stubs count as "not started" (no diagnosis row),
+    does a diagnosis show as a student read it (numbers kept, no '#'), and are only the days
+    with a submission listed, under their titles?"""
+    stub = "NotImplementedError: "
+    out = _results()
+    for i in range(3):
+        out.append(Result(f"b{i}", DAY, "graded", 1.0, 3.0,
+                          [TestResult("day04_scale", 0.0, 2.0, stub),
+                           TestResult("day04_shapes", 1.0, 1.0)]))
+    out.append(Result("x", "day05_positional_encoding", "missing", 0.0, 4.0))
+    s = summarize(out)
+    assert s["blank"] == {DAY: 3} and s["days"] == [DAY]
+    assert all("NotImplementedError" not in x["diagnosis"] for x in s["frequent"])
+    results = tmp_path / "results"
+    for r in out:
+        (results / r.student).mkdir(parents=True, exist_ok=True)
+        (results / r.student / f"{r.day}.json").write_text(json.dumps(r.to_json()))
+    page = write_report(results, tmp_path / "report", root).read_text()
+    assert "Day 4: " in page and "Day 5" not in page and "not started" in page
+    assert "max error 0.100: you scaled by sqrt(d_model)" in page and "#" not in page.split(
+        "Most frequent diagnoses", 1)[1]

@@ -13,6 +13,7 @@ import argparse
 import ast
 import builtins
 import csv
+import html
 import io
 import json
 import keyword
@@ -305,4 +306,25 @@ def test_class_report_links_to_similarity(root, tmp_path):
     (grading / "similarity").mkdir()
     (grading / "similarity" / "similarity.html").write_text("<html></html>", encoding="utf-8")
     page = write_report(grading / "results", grading / "report").read_text(encoding="utf-8")
-    assert "href='../similarity/similarity.html'" in page
+    assert 'href="../similarity/similarity.html"' in page
+
+
+def test_the_release_text_is_never_highlighted_and_only_submitted_days_show(root, hostile,
+                                                                            tmp_path):
+    """In a copied pair, is every line the release notebook holds (a stub's signature and
+    docstring) shown unhighlighted while the copied code is highlighted; and are days nobody
+    submitted left off the page?"""
+    subs, day = hostile
+    out = tmp_path / "grading"
+    assert _cli(["similarity", str(subs), "--output", str(out), "--root", str(root)]) == 0
+    page = (out / "similarity" / "similarity.html").read_text(encoding="utf-8")
+    assert page.count("<h2 id=") == 1 and "Day 2: " in page
+    release = (root / "release" / day / f"{day}.ipynb").read_text(encoding="utf-8")
+    starter = {line.strip() for c in json.loads(release)["cells"] if c["cell_type"] == "code"
+               for line in "".join(c["source"]).splitlines() if len(line.strip()) > 12}
+    marked = [m.split("</mark>", 1)[0] for m in page.split("<mark>")[1:]]
+    assert marked, "the copied pair has highlighted code"
+    shown = {html.unescape(m).strip() for m in marked}
+    assert not shown & starter, sorted(shown & starter)[:3]
+    docstring = next(s for s in starter if s.startswith('"""') or s.startswith("Args"))
+    assert html.escape(docstring, quote=False) in page or docstring in html.unescape(page)

@@ -53,7 +53,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder.core.course import PipelineError, find_root, notebook_name, resolve_days
+from autograder.core.course import (  # noqa: F401 - day_title re-exported
+    PipelineError,
+    day_title,
+    find_root,
+    notebook_name,
+    resolve_days,
+)
 
 FORMATS = ("canvas", "moodle", "csv")
 CANVAS_FIXED = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -142,21 +148,6 @@ def max_points(grading: Path, root: Path, days: list[str]) -> dict[str, float]:
 
             out[d] = max_score(root, d)
     return out
-
-
-def day_title(root: Path, day: str) -> str:
-    """``Day 3: Self-attention as a module`` from the notebook's first heading, else the name."""
-    n = int(re.match(r"day(\d+)", day).group(1))
-    try:
-        nb = json.loads((root / "source" / day / notebook_name(day)).read_text(encoding="utf-8"))
-        for cell in nb.get("cells", []):
-            src = "".join(cell.get("source", [])) if cell.get("cell_type") == "markdown" else ""
-            m = re.match(r"\s*#+\s*Day\s+\d+\s*[—–:-]+\s*(.+)", src)
-            if m:
-                return f"Day {n}: {m.group(1).strip()}"
-    except (OSError, ValueError, AttributeError):
-        pass
-    return f"Day {n}: " + day.split("_", 1)[-1].replace("_", " ").capitalize()
 
 
 # --------------------------------------------------------------------------- matching

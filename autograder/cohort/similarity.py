@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import html
 import io
 import json
 import re
@@ -57,7 +56,16 @@ from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autograder.core.course import PipelineError, find_root, list_days, notebook_name, resolve_days
+from markupsafe import Markup
+
+from autograder.core.course import (
+    PipelineError,
+    day_title,
+    find_root,
+    list_days,
+    notebook_name,
+    resolve_days,
+)
 from autograder.grading.collect import discover, unzip_submissions
 
 if TYPE_CHECKING:  # copydetect imports matplotlib.pyplot (0.4 s): loaded when first used
@@ -81,6 +89,7 @@ class DayResult:
     day: str
     pairs: list[tuple[float, str, str]] = field(default_factory=list)
     prints: dict[str, CodeFingerprint] = field(default_factory=dict)
+    starter_lines: frozenset[str] = frozenset()   # the release's own lines, never highlighted
 
 
 def _source(cell: object) -> str:
@@ -200,7 +209,8 @@ def compare_day(root: Path, day: str, notebooks: dict[str, Path],
     cannot be read is appended to ``problems`` and left out."""
     answers, given = starter(root / "release" / day / notebook_name(day))
     boiler = frozenset(int(h) for h in fingerprint(given).hashes)
-    result = DayResult(day)
+    result = DayResult(day, starter_lines=frozenset(
+        line.strip() for line in given.splitlines() if line.strip()))
     for student, path in sorted(notebooks.items()):
         try:
             code, note = own_code(path, answers)
@@ -235,56 +245,67 @@ def write_csv(results: list[DayResult], path: Path) -> None:
         w.writerows([day, _cell(a), _cell(b), f"{s:.4f}"] for s, day, a, b in rows)
 
 
-def _highlighted(r: DayResult, a: str, b: str) -> tuple[str, str]:
+_ON, _OFF = "\ue000", "\ue001"     # highlight markers (private use), escaped after
+
+
+def _marked_lines(text: str, starter_lines: frozenset[str]) -> Markup:
+    """``text`` with copydetect's markers as HTML: each segment escaped, matches in
+    ``<mark>``, except on a line the release notebook itself holds (a stub's docstring or
+    signature matches in every pair: it is the course's text, not a copy)."""
+    from markupsafe import escape
+
+    out, on = [], False
+    for line in text.split("\n"):
+        plain = line.replace(_ON, "").replace(_OFF, "")
+        keep = plain.strip() not in starter_lines
+        parts, buf, state = [], "", on
+        for ch in line:
+            if ch in (_ON, _OFF):
+                parts.append((buf, state))
+                buf, state = "", ch == _ON
+            else:
+                buf += ch
+        parts.append((buf, state))
+        on = state
+        out.append("".join(str(escape(seg)) if not (m and keep and seg) else
+                           f"<mark>{escape(seg)}</mark>" for seg, m in parts))
+    return Markup("\n".join(out))
+
+
+def _highlighted(r: DayResult, a: str, b: str) -> tuple[Markup, Markup]:
     from copydetect import compare_files
     from copydetect.utils import highlight_overlap
 
     _, _, (sl_a, sl_b) = compare_files(r.prints[a], r.prints[b])
     out = []
     for student, sl in ((a, sl_a), (b, sl_b)):
-        if getattr(sl, "ndim", 1) == 2 and sl.shape[1]:
-            text, _ = highlight_overlap(r.prints[student].raw_code, sl, "<mark>", "</mark>",
-                                        escape_html=True)
+        raw = r.prints[student].raw_code.replace(_ON, "").replace(_OFF, "")
+        if getattr(sl, "ndim", 1) == 2 and sl.shape[1] and raw == r.prints[student].raw_code:
+            text, _ = highlight_overlap(raw, sl, _ON, _OFF, escape_html=False)
         else:
-            text = html.escape(r.prints[student].raw_code)
-        out.append(text.replace("\n$\n", "\n# ---- next answer cell ----\n"))
+            text = raw
+        text = text.replace("\n$\n", "\n# ---- next answer cell ----\n")
+        out.append(_marked_lines(text, r.starter_lines))
     return out[0], out[1]
 
 
-_STYLE = ("body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
-          "td,th{border:1px solid #ccc;padding:2px 8px}.pair{display:flex;gap:1em}"
-          ".pair pre{flex:1;overflow:auto;background:#f7f7f7;padding:.5em;font-size:12px}"
-          "mark{background:#fbb}")
+def write_html(results: list[DayResult], path: Path, threshold: float,
+               titles: dict[str, str] | None = None) -> None:
+    """One page: per day with submissions, the pairs at or above ``threshold`` (at most
+    :data:`MAX_SHOWN_PER_DAY`), each side by side with the matching code highlighted (a
+    Jinja2 template with autoescaping: :mod:`autograder.core.pages`)."""
+    from autograder.core.pages import render
 
-
-def write_html(results: list[DayResult], path: Path, threshold: float) -> None:
-    """One page: per day, the pairs at or above ``threshold`` (at most
-    :data:`MAX_SHOWN_PER_DAY`), each side by side with the matching code highlighted."""
-    e = html.escape
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
-             "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
-             "style-src 'unsafe-inline'\">",
-             f"<title>Similarity</title><style>{_STYLE}</style></head><body>",
-             "<h1>Similar submissions</h1>",
-             f"<p>Pairs whose own code (answer cells, starter code and names ignored) scores at "
-             f"least {threshold:.2f}; every pair is in similarity.csv. A high score is a reason "
-             f"to read both notebooks, not a finding.</p><ul>"]
-    for r in results:
-        n = sum(s >= threshold for s, _, _ in r.pairs)
-        parts.append(f"<li><a href='#{e(r.day)}'>{e(r.day)}</a>: {n} of {len(r.pairs)} pairs"
-                     "</li>")
-    parts.append("</ul>")
+    days = []
     for r in results:
         flagged = [p for p in r.pairs if p[0] >= threshold][:MAX_SHOWN_PER_DAY]
-        parts.append(f"<h2 id='{e(r.day)}'>{e(r.day)}</h2>")
-        if not flagged:
-            parts.append("<p>No pair at or above the threshold.</p>")
-        for s, a, b in flagged:
-            left, right = _highlighted(r, a, b)
-            parts.append(f"<h3>{e(a)} &amp; {e(b)}: {s:.2f}</h3><div class='pair'>"
-                         f"<pre>{left}</pre><pre>{right}</pre></div>")
-    parts.append("</body></html>")
-    path.write_text("\n".join(parts), encoding="utf-8")
+        days.append({"id": r.day, "title": (titles or {}).get(r.day, r.day),
+                     "notebooks": len(r.prints), "n_pairs": len(r.pairs),
+                     "n_flagged": sum(s >= threshold for s, _, _ in r.pairs),
+                     "pairs": [{"a": a, "b": b, "score": f"{s:.2f}",
+                                "sides": _highlighted(r, a, b)} for s, a, b in flagged]})
+    path.write_text(render("similarity.html.j2", threshold=f"{threshold:.2f}", days=days),
+                    encoding="utf-8")
 
 
 def run_similarity(root: Path, submissions: Path, days: list[str], out_dir: Path,
@@ -302,12 +323,14 @@ def run_similarity(root: Path, submissions: Path, days: list[str], out_dir: Path
             submissions = unzip_submissions(submissions, Path(tmp), list_days(root), problems)
         jobs = discover(submissions, days)
         results = []
-        for day in days:
+        for day in days:                    # only the days someone submitted
             nbs = {s: p for s, d, p in jobs if d == day and p is not None}
-            results.append(compare_day(root, day, nbs, problems))
+            if nbs:
+                results.append(compare_day(root, day, nbs, problems))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(results, out_dir / "similarity.csv")
-    write_html(results, out_dir / "similarity.html", threshold)
+    titles = {r.day: day_title(root, r.day) for r in results}
+    write_html(results, out_dir / "similarity.html", threshold, titles)
     return results
 
 

@@ -2,11 +2,16 @@
 
 ``find_root`` finds the repository (the folder holding ``source/`` and ``autograder/``),
 ``list_days``/``resolve_days`` name its assignments, ``notebook_name`` the notebook of each.
-``PipelineError`` is the error a user can fix, raised across the packages.
+``day_title`` and ``test_map`` give the readable names of a day and of its hidden tests (what
+learners and instructors read in reports). ``PipelineError`` is the error a user can fix,
+raised across the packages.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -64,3 +69,56 @@ def resolve_days(root: Path, wanted: list[str] | None) -> list[str]:
 
 def notebook_name(day: str) -> str:
     return f"{day}.ipynb"
+
+
+# --------------------------------------------------------------------------- readable names
+
+
+@dataclass
+class TestInfo:
+    """A hidden test as its readers name it: the exercise it belongs to, what it checks."""
+
+    grade_id: str
+    exercise: str
+    checks: str          # the visible comment saying what the hidden test checks
+
+
+def test_map(root: Path, day: str) -> dict[str, TestInfo]:
+    """grade_id -> the exercise heading above the test and the comment saying what it checks."""
+    nb = json.loads((root / "source" / day / notebook_name(day)).read_text(encoding="utf-8"))
+    heading = "Exercise"
+    out: dict[str, TestInfo] = {}
+    for cell in nb.get("cells", []):
+        source = "".join(cell.get("source", []))
+        if cell.get("cell_type") == "markdown":
+            for line in source.splitlines():   # the last heading before the test counts
+                if line.startswith("## "):
+                    heading = line[3:].strip()
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") == "code" and meta.get("grade") and not meta.get("solution"):
+            comment = []
+            for line in source.splitlines():
+                if line.startswith("### BEGIN HIDDEN TESTS"):
+                    break
+                if line.startswith("#"):
+                    comment.append(line.lstrip("#").strip())
+            text = " ".join(comment)
+            text = re.sub(r"^Hidden tests?:\s*", "", text)
+            out[meta["grade_id"]] = TestInfo(meta["grade_id"], heading, text)
+    return out
+
+
+def day_title(root: Path, day: str) -> str:
+    """``Day 3: Self-attention as a module`` from the notebook's first heading, else the name."""
+    n = int(re.match(r"day(\d+)", day).group(1))
+    try:
+        nb = json.loads((root / "source" / day / notebook_name(day)).read_text(encoding="utf-8"))
+        for cell in nb.get("cells", []):
+            src = "".join(cell.get("source", [])) if cell.get("cell_type") == "markdown" else ""
+            m = re.match(r"\s*#+\s*Day\s+\d+\s*[—–:-]+\s*(.+)", src)
+            if m:
+                return f"Day {n}: {m.group(1).strip()}"
+    except (OSError, ValueError, AttributeError):
+        pass
+    return f"Day {n}: " + day.split("_", 1)[-1].replace("_", " ").capitalize()

@@ -7,7 +7,6 @@ source or a traceback (both would reveal the hidden tests).
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from pathlib import Path
@@ -30,18 +29,6 @@ STATUS_TEXT = {
     "environment-error": "The grader itself had a problem; an instructor will re-run it.",
 }
 
-CSS = """
-body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;
-color:#222}
-h1{font-size:1.4rem}.meta{color:#555}
-pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;border-radius:4px;font-size:.85rem}
-.out{background:#fff;border-left:3px solid #ccc}
-.test{padding:.5rem .8rem;margin:.6rem 0;border-radius:4px}
-.pass{background:#e6f4ea;border:1px solid #9bd3ae}.fail{background:#fdecea;
-border:1px solid #f1a9a0}
-.status{padding:.4rem .8rem;border-radius:4px;background:#fff8e1;border:1px solid #f0d58c}
-"""
-
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -58,77 +45,109 @@ def _text_outputs(cell, limit: int = 3000) -> str:
             parts.append(out.get("text", ""))
         elif kind in ("execute_result", "display_data"):
             data = out.get("data", {})
-            if "text/plain" in data:
-                parts.append(data["text/plain"] if isinstance(data["text/plain"], str)
-                             else "".join(data["text/plain"]))
-            elif "image/png" in data:
+            plain = data.get("text/plain", "")
+            plain = plain if isinstance(plain, str) else "".join(plain)
+            if "image/png" in data:
                 parts.append("[figure]")
+            elif "application/vnd.jupyter.widget-view+json" in data:
+                parts.append("[interactive widget]")
+            elif plain.strip() not in ("", "''", '""', "None"):   # nothing to read there
+                parts.append(plain)
         elif kind == "error":  # the learner's own cell: its error name and message only
             parts.append(f"{out.get('ename', '')}: {out.get('evalue', '')}")
     text = ANSI.sub("", "\n".join(p.rstrip("\n") for p in parts))
     return text if len(text) <= limit else text[:limit] + "\n[... cut]"
 
 
-def render(result: Result, notebook: nbformat.NotebookNode | None, late=None) -> str:
+def _explain(message: str) -> str:
+    """A failed test's diagnosis in the learner's words (ANSI colours dropped, cut short)."""
+    msg = ANSI.sub("", message or "").strip()
+    if msg.startswith("NotImplementedError"):
+        return ("Not written yet: the stub still raises NotImplementedError (replace "
+                "`raise NotImplementedError()` with your code).")
+    return msg.removeprefix("CheckFailure: ")[:1200]
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def _test_item(t, info) -> dict:
+    ok = t.points >= t.max_points
+    return {"kind": "test", "ok": ok, "grade_id": t.grade_id,
+            "checks": (info.checks if info and info.checks else t.grade_id),
+            "verdict": "passed" if ok else ("partly passed" if t.points > 0 else "failed"),
+            "points": _num(t.points), "max_points": _num(t.max_points),
+            "why": "" if ok else (_explain(t.message) or "No message: the test gave no points.")}
+
+
+def _exercises(result: Result, tests: dict) -> list[dict]:
+    groups: dict[str, list] = {}
+    for t in result.tests:
+        info = tests.get(t.grade_id)
+        groups.setdefault(info.exercise if info else "Other tests", []).append(t)
+    out = []
+    for name, items in groups.items():
+        got, mx = sum(t.points for t in items), sum(t.max_points for t in items)
+        out.append({"name": name, "got": got, "max": mx, "got_text": _num(got),
+                    "max_text": _num(mx), "n": len(items),
+                    "passed": sum(t.points >= t.max_points for t in items)})
+    return out
+
+
+def render(result: Result, notebook: nbformat.NotebookNode | None, late=None,
+           root: Path | None = None) -> str:
     """The feedback page of one result (HTML text); ``late``
-    (:class:`autograder.core.deadlines.Late`) adds when it was submitted and any penalty."""
-    e = html.escape
-    pct = 100 * result.score / result.max_score if result.max_score else 0.0
-    body = [f"<h1>{e(result.day)}: feedback for {e(result.student)}</h1>",
-            f"<p class=meta>Score <b>{result.score:g} / {result.max_score:g}</b> "
-            f"({pct:.0f}%) &middot; status <b>{e(result.status)}</b></p>"]
+    (:class:`autograder.core.deadlines.Late`) adds when it was submitted and any penalty;
+    ``root`` (the course) gives the day's title, the exercises and what each test checks."""
+    from autograder.core.course import day_title, test_map
+    from autograder.core.pages import render as render_page
+
+    tests, title = {}, result.day
+    if root is not None:
+        try:
+            tests, title = test_map(root, result.day), day_title(root, result.day)
+        except (OSError, ValueError, AttributeError):
+            pass                        # a day the course no longer has: ids, not names
+    late_text = ""
     if late is not None and late.note and result.status != "missing":
-        words = e(late.note[0].upper() + late.note[1:]) + "."
+        late_text = late.note[0].upper() + late.note[1:] + "."
         if late.penalty:
-            words += (f" Late penalty: <b>&minus;{late.penalty:g}</b> point(s); "
-                      f"<b>{late.after:g} / {result.max_score:g}</b> counted.")
+            late_text += (f" Late penalty: \u2212{late.penalty:g} point(s); "
+                          f"{late.after:g} / {result.max_score:g} counted.")
         elif late.flagged:
-            words = ("The time of this submission could not be established; your instructor "
-                     "will check it. No penalty was applied.")
-        body.append(f"<p class=status>{words}</p>")
+            late_text = ("The time of this submission could not be established; your "
+                         "instructor will check it. No penalty was applied.")
+    status_text = ""
     if result.status != "graded" or result.detail:
-        body.append(f"<p class=status>{e(STATUS_TEXT.get(result.status, ''))} "
-                    f"{e(result.detail[:600])}</p>")
-    tests = {t.grade_id: t for t in result.tests}
-    shown = set()
+        status_text = f"{STATUS_TEXT.get(result.status, '')} {result.detail[:600]}".strip()
+    by_id = {t.grade_id: t for t in result.tests}
+    items, shown = [], set()
     if notebook is not None:
         for cell in notebook.cells:
             if cell.cell_type != "code":
                 continue
             if _is_test(cell):
                 gid = cell.metadata["nbgrader"].get("grade_id", "")
-                t = tests.get(gid)
-                if t is None or gid in shown:
-                    continue
-                shown.add(gid)
-                body.append(_test_box(t))
+                if gid in by_id and gid not in shown:
+                    shown.add(gid)
+                    items.append(_test_item(by_id[gid], tests.get(gid)))
                 continue
-            if not cell.source.strip():
-                continue
-            body.append(f"<pre>{e(cell.source)}</pre>")
-            out = _text_outputs(cell)
-            if out.strip():
-                body.append(f"<pre class=out>{e(out)}</pre>")
-    for gid, t in tests.items():  # tests whose cell was deleted from the submission
-        if gid not in shown:
-            body.append(_test_box(t))
-    return ("<!doctype html><html><head><meta charset=utf-8>"
-            f"<title>{e(result.student)} {e(result.day)}</title><style>{CSS}</style></head>"
-            "<body>" + "\n".join(body) + "</body></html>")
-
-
-def _test_box(t) -> str:
-    e = html.escape
-    ok = t.points >= t.max_points
-    verdict = "passed" if ok else ("partly passed" if t.points > 0 else "failed")
-    msg = ANSI.sub("", t.message or "")
-    diag = f"<br>{e(msg[:1200])}" if (msg and not ok) else ""
-    return (f"<div class='test {'pass' if ok else 'fail'}'><b>Test {e(t.grade_id)}</b>: "
-            f"{verdict}, {t.points:g} / {t.max_points:g} points{diag}</div>")
+            if cell.source.strip():
+                items.append({"kind": "code", "source": cell.source,
+                              "output": _text_outputs(cell).strip("\n")})
+    items += [_test_item(t, tests.get(g)) for g, t in by_id.items() if g not in shown]
+    pct = 100 * result.score / result.max_score if result.max_score else 0.0
+    return render_page("feedback.html.j2", title=title, student=result.student,
+                       score=_num(result.score), max_score=_num(result.max_score),
+                       pct=f"{pct:.0f}", status=result.status, late=late_text,
+                       status_text=status_text, exercises=_exercises(result, tests),
+                       items=items)
 
 
 def write_feedback(results_dir: Path, out_dir: Path, students: list[str] | None = None,
-                   days: list[str] | None = None, deadlines=None) -> list[Path]:
+                   days: list[str] | None = None, deadlines=None,
+                   root: Path | None = None) -> list[Path]:
     """Write ``out_dir/<student>/<day>.html`` for every result under ``results_dir``; with
     ``deadlines``, each page says when it was submitted against its due date and any penalty
     (the points accepted in ``accepted.json`` beside ``results_dir`` count)."""
@@ -151,6 +170,6 @@ def write_feedback(results_dir: Path, out_dir: Path, students: list[str] | None 
         target = Path(out_dir) / result.student / f"{result.day}.html"
         late = (late_of(result, deadlines, acceptance.paid(result, accepted))
                 if deadlines is not None else None)
-        _atomic_write_text(target, render(result, nb, late))
+        _atomic_write_text(target, render(result, nb, late, root))
         written.append(target)
     return written

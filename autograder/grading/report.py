@@ -4,15 +4,18 @@
 - pass rate per graded cell (share of graded submissions with full points on that test);
 - the most frequent diagnoses: failures grouped by what their message names (the catalogued
   mistake of its "Hint:", the first step of the computation that differs ("Step:") or the
-  place of its "Where:", whichever it states first; else its first line), numbers blanked
-  out, as a share of that day's graded submissions ("38% ... scale by sqrt(d_k)"), with the
-  tests where it showed;
-- the count of each status per day.
+  place of its "Where:", whichever it states first; else its first line), numbers set aside
+  for grouping, shown as one student read it, as a share of that day's graded submissions
+  ("38% ... scale by sqrt(d_k)"), with the tests where it showed; a stub left as it was is
+  "not started", never a diagnosis;
+- the count of each status per day, and of notebooks not started.
+
+Only days with a submission appear. The page is a Jinja2 template with autoescaping
+(:mod:`autograder.core.pages`).
 """
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -44,8 +47,29 @@ def diagnosis_key(message: str) -> str:
     return NUM.sub("#", named[0] if named else (lines[0] if lines else ""))[:180]
 
 
+def is_blank(result: Result) -> bool:
+    """A notebook whose every failed test failed on a stub still raising NotImplementedError:
+    nothing was attempted there, which is not a mistake to re-teach."""
+    failed = [t for t in result.tests if t.points < t.max_points]
+    return bool(failed) and all((t.message or "").startswith("NotImplementedError")
+                                for t in failed)
+
+
+def _example(message: str) -> str:
+    """A diagnosis as a student read it (the named part of one message, numbers kept)."""
+    msg = message.split(": ", 1)[1] if re.match(r"^\w+: ", message) else message
+    lines = [line.strip() for line in msg.strip().splitlines() if line.strip()]
+    named = [line.split(":", 1)[1].strip() for line in lines
+             if line.startswith(("Hint:", "Step:", "Where:"))]
+    return (named[0] if named else (lines[0] if lines else ""))[:240]
+
+
 def summarize(results: list[Result]) -> dict:
-    days = sorted({r.day for r in results})
+    """Per graded day: scores, pass rate per test, the statuses, the blank notebooks, and the
+    diagnoses ranked by the share of the day's graded submissions that got them (a
+    notebook's stubs left as they were count as "not started", not as a diagnosis)."""
+    days = sorted({r.day for r in results if r.status != "missing"})
+    results = [r for r in results if r.day in days]
     graded = [r for r in results if r.status in ("graded", "tampered", "timeout",
                                                   "memory-limit", "kernel-died")]
     scores = {d: [100 * r.score / r.max_score for r in graded if r.day == d and r.max_score]
@@ -53,15 +77,18 @@ def summarize(results: list[Result]) -> dict:
     cell_pass: dict[tuple[str, str], list[bool]] = defaultdict(list)
     diag: dict[str, Counter] = defaultdict(Counter)
     tests_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+    examples: dict[tuple[str, str], str] = {}
     n_day = Counter(r.day for r in graded)
-    for r in graded:
+    blank = Counter(r.day for r in graded if is_blank(r))
+    for r in sorted(graded, key=lambda r: r.student):
         seen = set()
         for t in r.tests:
             ok = t.points >= t.max_points
             cell_pass[(r.day, t.grade_id)].append(ok)
-            if not ok and t.message:
+            if not ok and t.message and not t.message.startswith("NotImplementedError"):
                 key = diagnosis_key(t.message)
                 tests_of[(r.day, key)].add(t.grade_id)
+                examples.setdefault((r.day, key), _example(t.message))
                 seen.add(key)
         for key in seen:  # a submission counts once per diagnosis, whatever tests show it
             diag[r.day][key] += 1
@@ -69,12 +96,14 @@ def summarize(results: list[Result]) -> dict:
     for d, counter in diag.items():
         for text, n in counter.items():
             frequent.append({"day": d, "grade_id": ", ".join(sorted(tests_of[(d, text)])),
-                             "diagnosis": text, "count": n, "share": n / n_day[d]})
+                             "diagnosis": text, "example": examples[(d, text)], "count": n,
+                             "share": n / n_day[d]})
     frequent.sort(key=lambda x: (-x["share"], -x["count"], x["day"]))
     status = {d: Counter(r.status for r in results if r.day == d) for d in days}
     return {"days": days, "scores": scores,
             "pass_rate": {f"{d}/{g}": sum(v) / len(v) for (d, g), v in cell_pass.items()},
-            "frequent": frequent, "status": status, "n": len(results)}
+            "frequent": frequent, "status": status, "blank": dict(blank),
+            "n": len(results)}
 
 
 def _bar_chart(path: Path, title: str, labels: list[str], values: list[float], *, xlabel: str,
@@ -147,58 +176,49 @@ def _figures(summary: dict, out_dir: Path) -> list[tuple[str, str]]:
     if top:
         figs.append(_bar_chart(
             out_dir / "diagnoses.png", "Most frequent diagnoses",
-            [f"{x['diagnosis'][:110]} ({x['grade_id']})" for x in top],
+            [f"{x['example'][:110]} ({x['grade_id']})" for x in top],
             [100 * x["share"] for x in top],
             xlabel="share of the day's graded submissions (%)",
             colors=plt.get_cmap("cividis")(0.6), width=9, row_height=0.45))
     return figs
 
 
-def _similarity_link(results_dir: Path, out_dir: Path) -> str:
-    """A link to ``<grading>/similarity/similarity.html`` (written by ``python -m autograder
-    similarity --output <grading>``) when it exists, else ``""``."""
+def _similarity_href(results_dir: Path, out_dir: Path) -> str:
+    """The relative link to ``<grading>/similarity/similarity.html`` (written by ``python -m
+    autograder similarity --output <grading>``) when it exists, else ``""``."""
     page = Path(results_dir).parent / "similarity" / "similarity.html"
     if not page.is_file():
         return ""
-    href = Path(os.path.relpath(page.resolve(), Path(out_dir).resolve())).as_posix()
-    return (f"<p><a href='{html.escape(href)}'>Similar submissions</a> (pairs whose own code "
-            "is alike, ranked; grades unchanged)</p>")
+    return Path(os.path.relpath(page.resolve(), Path(out_dir).resolve())).as_posix()
 
 
-def write_report(results_dir: Path, out_dir: Path) -> Path:
-    """Write ``out_dir/report.html`` (+ PNGs and summary.json); returns the HTML path."""
+def write_report(results_dir: Path, out_dir: Path, root: Path | None = None) -> Path:
+    """Write ``out_dir/report.html`` (+ PNGs and summary.json); returns the HTML path.
+    ``root`` (the course) gives each day its title."""
+    from autograder.core.course import day_title
+    from autograder.core.pages import render
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = load_results(results_dir)
     summary = summarize(results)
     figs = _figures(summary, out_dir)
-    e = html.escape
-    rows = []
+    titles = {}
     for d in summary["days"]:
-        c = summary["status"][d]
-        rows.append("<tr><td>" + e(d) + "</td>" + "".join(f"<td>{c.get(s, 0)}</td>"
-                                                          for s in STATUSES) + "</tr>")
-    diag_rows = "".join(
-        f"<tr><td>{100 * x['share']:.0f}%</td><td>{x['count']}</td><td>{e(x['day'])}</td>"
-        f"<td>{e(x['grade_id'])}</td><td>{e(x['diagnosis'])}</td></tr>"
-        for x in summary["frequent"][:25])
-    page = ["<!doctype html><html><head><meta charset=utf-8><title>Class report</title>",
-            "<style>body{font-family:system-ui,sans-serif;max-width:70rem;margin:2rem auto;"
-            "padding:0 1rem}table{border-collapse:collapse;font-size:.85rem}"
-            "td,th{border:1px solid #ddd;padding:.25rem .5rem}img{max-width:100%}</style>"
-            "</head><body>",
-            f"<h1>Class report</h1><p>{summary['n']} results from {e(str(results_dir))}.</p>",
-            _similarity_link(results_dir, out_dir),
-            "<h2>Statuses</h2><table><tr><th>day</th>"
-            + "".join(f"<th>{s}</th>" for s in STATUSES) + "</tr>" + "".join(rows)
-            + "</table>"]
-    for fname, title in figs:
-        page.append(f"<h2>{e(title)}</h2><img src='{fname}' alt='{e(title)}'>")
-    page.append("<h2>Most frequent diagnoses (what to re-teach)</h2><table><tr><th>share</th>"
-                "<th>count</th><th>day</th><th>tests</th><th>diagnosis</th></tr>"
-                + diag_rows + "</table></body></html>")
+        try:
+            titles[d] = day_title(root, d) if root is not None else d
+        except (OSError, ValueError, AttributeError):
+            titles[d] = d
+    shown = [s for s in STATUSES if any(summary["status"][d].get(s) for d in summary["days"])]
+    rows = [{"day": titles[d], "counts": [summary["status"][d].get(s, 0) for s in shown],
+             "blank": summary["blank"].get(d, 0)} for d in summary["days"]]
+    frequent = [{**x, "day": titles.get(x["day"], x["day"]), "pct": f"{100 * x['share']:.0f}"}
+                for x in summary["frequent"][:25]]
+    page = render("report.html.j2", n=summary["n"], source=str(results_dir),
+                  similarity=_similarity_href(results_dir, out_dir), statuses=shown,
+                  rows=rows, figures=figs, frequent=frequent)
     target = out_dir / "report.html"
-    _atomic_write_text(target, "\n".join(page))
+    _atomic_write_text(target, page)
     _atomic_write_text(out_dir / "summary.json", json.dumps(
         {k: v for k, v in summary.items() if k != "status"} |
         {"status": {d: dict(c) for d, c in summary["status"].items()}}, indent=1))

@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
+from autograder.core.course import TestInfo, test_map  # noqa: F401 - re-exported
 from autograder.grading import pipeline
 from autograder.grading.pipeline import PipelineError
 
@@ -39,13 +38,6 @@ def _grade_options(sandbox: bool = False) -> dict:
     params = inspect.signature(pipeline.grade).parameters
     wanted = {"sandbox": sandbox, "resume": False, "secret": os.urandom(32)}
     return {k: v for k, v in wanted.items() if k in params}
-
-
-@dataclass
-class TestInfo:
-    grade_id: str
-    exercise: str
-    checks: str          # the visible comment saying what the hidden test checks
 
 
 @dataclass
@@ -84,31 +76,6 @@ def day_of(notebook: Path, root: Path) -> str:
     raise PipelineError(
         f"cannot tell which day {notebook} is: its folder or file name should be a day of the "
         f"course ({', '.join(days)})")
-
-
-def test_map(root: Path, day: str) -> dict[str, TestInfo]:
-    """grade_id -> the exercise heading above the test and the comment saying what it checks."""
-    nb = nbformat.read(str(root / "source" / day / pipeline.notebook_name(day)), as_version=4)
-    heading = "Exercise"
-    out: dict[str, TestInfo] = {}
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():   # the last heading before the test counts
-                if line.startswith("## "):
-                    heading = line[3:].strip()
-            continue
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
-            comment = []
-            for line in cell.source.splitlines():
-                if line.startswith("### BEGIN HIDDEN TESTS"):
-                    break
-                if line.startswith("#"):
-                    comment.append(line.lstrip("#").strip())
-            text = " ".join(comment)
-            text = re.sub(r"^Hidden tests?:\s*", "", text)
-            out[meta["grade_id"]] = TestInfo(meta["grade_id"], heading, text)
-    return out
 
 
 def explain(message: str) -> str:
