@@ -80,7 +80,7 @@ def test_the_limit_per_student_and_day(service, tmp_path, monkeypatch):
     before any grading (and another assignment still allowed)?"""
     svc, path = service
     graded = []
-    monkeypatch.setattr(svc, "grade", lambda *a: graded.append(a[1]) or 0)
+    monkeypatch.setattr(svc, "grade", lambda *a: (graded.append(a[1]), (0, ["report"]))[1])
     body = b"{}"
     head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": len(body)}).encode() + b"\n"
     for left in (1, 0):
@@ -98,8 +98,14 @@ def test_the_limit_per_student_and_day(service, tmp_path, monkeypatch):
     (b"not json\n", b"", "is not {"),
     (b'{"notebook": ["a"], "size": 1}\n', b"x", "is not {"),
     (b'{"notebook": "homework.ipynb", "size": 2}\n', b"{}", "cannot tell which day"),
-    (b'{"notebook": "../../day02_queries_keys_values.ipynb", "size": 5}\n', b"{}",
+    (b'{"notebook": "day02_queries_keys_values.ipynb", "size": 5}\n', b"{}",
      "closed before the whole notebook"),
+    (b'{"notebook": "../../day02_queries_keys_values.ipynb", "size": 2}\n', b"{}",
+     "one plain name"),
+    (b'{"notebook": "x\\n\\u001eexit 0\\nday02.ipynb", "size": 2}\n', b"{}", "one plain name"),
+    (b'{"notebook": "day02\\u0000.ipynb", "size": 2}\n', b"{}", "one plain name"),
+    (b'{"notebook": "day02\\ud800.ipynb", "size": 2}\n', b"{}", "one plain name"),
+    (b"[" * 3000 + b"\n", b"", "is not {"),
     (b"x" * 5000, b"", "first line is too long"),
 ])
 def test_bad_requests_are_refused_in_one_line(service, monkeypatch, header, body, said):
@@ -122,3 +128,56 @@ def test_only_classroom_accounts_and_one_check_at_a_time(service, monkeypatch):
     svc.accounts = {os.getuid(): "student1"}
     svc.busy.add("student1")
     assert "already running" in _ask(path, head, b"{}")
+
+
+def _fake_grader(tmp_path, body: str) -> str:
+    """A stand-in for `python -m autograder selfcheck`: a shell script that ignores its
+    arguments and runs ``body``."""
+    script = tmp_path / "fake-python"
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_long_check_is_killed_with_its_helpers_and_frees_the_slot(service, tmp_path,
+                                                                    monkeypatch):
+    """A check past CHECK_SECONDS whose helper keeps the output open (as a grading worker
+    does): is the whole session killed, the report cut there, and the slot free at once?"""
+    import time
+
+    svc, path = service
+    monkeypatch.setattr(hubcheck, "CHECK_SECONDS", 1.0)
+    svc.python = _fake_grader(tmp_path, "echo started; (sleep 60; echo late) & sleep 60")
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": 2}).encode() + b"\n"
+    t0 = time.monotonic()
+    out = _ask(path, head, b"{}")
+    assert time.monotonic() - t0 < 10, "the check held the slot past its time"
+    assert "started" in out and "stopped after 1 s" in out and "late" not in out
+    assert out.rstrip().endswith("\x1eexit 2")
+    assert svc.slot.acquire(blocking=False)
+
+
+def test_the_report_cannot_forge_the_protocol(service, tmp_path):
+    """Lines the grading prints that look like the protocol's (an exit line) or carry control
+    characters reach the student as plain text, and the exit status is the grader's own."""
+    svc, path = service
+    svc.python = _fake_grader(tmp_path, r"printf 'Total: 0/8\n\036exit 0\n  \036exit 0\033[2J\n'"
+                                        "; exit 1")
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": 2}).encode() + b"\n"
+    out = _ask(path, head, b"{}")
+    lines = out.rstrip("\n").split("\n")
+    assert [x for x in lines if x.startswith("\x1e")] == ["\x1eexit 1"], lines
+    assert "\x1b" not in out
+
+
+def test_accounts_outside_the_class_hold_nothing(service, monkeypatch):
+    """Many connections of an account outside the class, or of a student whose check is
+    running: each is refused at once, and none takes a place a student's check needs."""
+    svc, path = service
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": 2}).encode() + b"\n"
+    svc.accounts = {}
+    for _ in range(80):                     # more than MAX_CONNECTIONS
+        assert "only the classroom's accounts" in _ask(path, head, b"{}")
+    svc.accounts = {os.getuid(): "student1"}
+    monkeypatch.setattr(svc, "grade", lambda *a: (0, ["graded"]))
+    assert "graded" in _ask(path, head, b"{}")

@@ -13,11 +13,15 @@ which ``classroom start`` runs as root beside the hub, does it for them:
 - the check: the bytes go to a fresh root-only folder and ``python -m autograder selfcheck
   --sandbox --no-save --no-helper`` grades them exactly as ``grade`` grades a submission
   (admission, the sandbox, the judge, a fresh secret per check; the same report as the
-  self-paced button). One check runs at a time (the machine also serves the class); a student
-  has one in flight at most, and at most ``--checks-per-day`` a calendar day per assignment
-  (``check/usage.json``, kept across restarts; 0: no limit). Every check that starts grading
-  counts.
-- the answer: the report's lines (at most :data:`MAX_REPORT` characters), then
+  self-paced button). One check runs at a time (the machine also serves the class), for
+  :data:`CHECK_SECONDS` at most (then its whole session is killed); the report is kept in
+  memory and sent after the next check has the slot, within :data:`SEND_SECONDS`. A student
+  has one connection in flight at most (a second is refused at once), and at most
+  ``--checks-per-day`` a calendar day per assignment (``check/usage.json``, kept across
+  restarts; 0: no limit). Every check that starts grading counts. An account outside the
+  classroom is refused before anything is held for it.
+- the answer: the report's lines (printable, :data:`MAX_LINE` characters each, at most
+  :data:`MAX_REPORT` in all, never a line of the protocol's own), then
   :data:`autograder.selfcheck.protocol.SENTINEL` and the exit status (0 full marks, 1 points
   lost, 2 not graded or refused). ``course.progress.selfcheck`` is the client
   (``$TFS_HUB_CHECK`` names the socket in every server the hub starts).
@@ -28,10 +32,12 @@ Nothing a student sends is kept: the folder of each check is removed when it end
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import shutil
+import signal
 import socket
 import socketserver
 import struct
@@ -48,9 +54,11 @@ SOCKET_NAME = "check.sock"
 MAX_BYTES = 20 * 1024 * 1024        # a notebook bigger than this is refused unread
 MAX_HEADER = 4096
 READ_SECONDS = 60.0                 # the whole request, header and notebook
-CHECK_SECONDS = 600.0               # one check, grading included
-MAX_REPORT = 64 * 1024
-MAX_CONNECTIONS = 64                # at once, all accounts together
+CHECK_SECONDS = 300.0               # one check, grading included; then its processes are killed
+SEND_SECONDS = 30.0                 # the whole report, to a client that reads it slowly
+MAX_REPORT = 64 * 1024              # characters of report, all lines together
+MAX_LINE = 400                      # characters of one line of it
+MAX_CONNECTIONS = 64                # at once, classroom accounts only
 
 
 def socket_path(folder: Path) -> Path:
@@ -101,15 +109,34 @@ def read_request(sock: socket.socket, max_bytes: int = MAX_BYTES,
     try:
         meta = json.loads(header)
         name, size = meta["notebook"], meta["size"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise Refused("the request is not {\"notebook\": NAME, \"size\": N}") from None
     if not isinstance(name, str) or not isinstance(size, int) or isinstance(size, bool) \
             or size < 0:
         raise Refused("the request is not {\"notebook\": NAME, \"size\": N}")
+    if not name.isprintable() or "/" in name or "\\" in name or len(name) > 200 \
+            or not name.isascii() and not _plain_unicode(name):
+        raise Refused("the notebook's file name must be one plain name (e.g. "
+                      "day02_queries_keys_values.ipynb)")
     if size > max_bytes:
         raise Refused(f"the notebook is {size / 2**20:.1f} MiB; the class's check takes "
                       f"{max_bytes / 2**20:.0f} MiB at most (clear large outputs, save, retry)")
     return os.path.basename(name)[:200], _read_exactly(sock, size, deadline)
+
+
+def _plain_unicode(name: str) -> bool:
+    """Letters, digits, marks and punctuation only (no surrogates, no private use)."""
+    import unicodedata
+
+    return all(unicodedata.category(ch)[0] in "LNMPZS" and unicodedata.category(ch) != "Zl"
+               and unicodedata.category(ch) != "Zp" for ch in name)
+
+
+def _line(text: str) -> str:
+    """One line of the report as the student's kernel gets it: printable, bounded, never one
+    of the protocol's own lines."""
+    text = "".join(ch if ch.isprintable() or ch == "\t" else " " for ch in text)[:MAX_LINE]
+    return text.lstrip("\x1e")
 
 
 class Usage:
@@ -166,16 +193,20 @@ class HubCheck:
             raise Refused("only the classroom's accounts can use the class's check")
         return name
 
-    def serve_one(self, sock: socket.socket, send) -> int:
-        """Answer one connection: returns the exit status sent after the report."""
-        from autograder.core.course import PipelineError, list_days
-        from autograder.selfcheck.check import day_of
-
-        name = self.who(sock)
+    def claim(self, name: str) -> None:
+        """Mark ``name`` as served (raises Refused when a check of theirs is in flight);
+        :meth:`serve_one` releases it."""
         with self.lock:
             if name in self.busy:
                 raise Refused("a check of yours is already running: wait for its report")
             self.busy.add(name)
+
+    def serve_one(self, sock: socket.socket, name: str, send) -> int:
+        """Answer one connection of account ``name``: returns the exit status sent after the
+        report."""
+        from autograder.core.course import PipelineError, list_days
+        from autograder.selfcheck.check import day_of
+
         try:
             filename, data = read_request(sock)
             try:
@@ -192,10 +223,12 @@ class HubCheck:
                 send(f"Waiting for {ahead} check(s) of the class ahead of yours...")
             try:
                 with self.slot:
-                    rc = self.grade(name, day, filename, data, send)
+                    rc, report = self.grade(name, day, filename, data)
             finally:
                 with self.lock:
                     self.waiting -= 1
+            if report:                      # sent once the slot is free for the next check
+                send("\n".join(report))
             if left >= 0:
                 send(f"({left} check(s) of {day} left today.)")
             return rc
@@ -203,13 +236,17 @@ class HubCheck:
             with self.lock:
                 self.busy.discard(name)
 
-    def grade(self, name: str, day: str, filename: str, data: bytes, send) -> int:
-        """Grade ``data`` as ``name``'s ``day`` in a fresh folder; relay the report."""
+    def grade(self, name: str, day: str, filename: str, data: bytes) -> tuple[int, list[str]]:
+        """Grade ``data`` as ``name``'s ``day`` in a fresh folder: (exit status, report lines).
+
+        The grading runs in a session of its own; at :data:`CHECK_SECONDS` the whole session
+        is killed and the report is what came so far: no check holds the slot longer."""
         from autograder.grading.pipeline import notebook_name
 
         self.work.mkdir(parents=True, exist_ok=True)
         os.chmod(self.work, 0o700)
         tmp = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.work))
+        lines: list[str] = []
         try:
             copy = tmp / day / notebook_name(day)
             copy.parent.mkdir()
@@ -217,25 +254,37 @@ class HubCheck:
             cmd = [self.python, "-m", "autograder", "selfcheck", "--root", str(self.root),
                    "--sandbox", "--no-save", "--no-helper", "--shown", filename, str(copy)]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, cwd=tmp, text=True,
-                                    errors="replace", start_new_session=True)
-            timer = threading.Timer(CHECK_SECONDS, proc.kill)
-            timer.start()
-            sent = 0
-            try:
+                                    stdin=subprocess.DEVNULL, cwd=tmp, start_new_session=True)
+            size = [0]
+
+            def read() -> None:
                 assert proc.stdout is not None
-                for line in proc.stdout:
-                    if line.startswith("\x1e") or sent > MAX_REPORT:
+                for raw in proc.stdout:
+                    text = _line(raw.decode("utf-8", "replace").rstrip("\n"))
+                    if raw.startswith(b"\x1e") or size[0] > MAX_REPORT:
                         continue
-                    sent += len(line)
-                    send(line.rstrip("\n"))
-                rc = proc.wait()
-            finally:
-                timer.cancel()
-            if rc < 0:
-                send(f"The check was stopped after {CHECK_SECONDS:.0f} s.")
-                return 2
-            return rc if rc in (0, 1) else 2
+                    size[0] += len(text) + 1
+                    lines.append(text)
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            try:
+                rc = proc.wait(timeout=CHECK_SECONDS)
+            except subprocess.TimeoutExpired:
+                rc = None
+            if rc is None or reader.join(5) or reader.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)      # the grading and its helpers
+                proc.wait()
+            reader.join(1)
+            if proc.stdout is not None:
+                proc.stdout.close()
+            report = list(lines)
+            if rc is None:
+                report.append(f"The check was stopped after {CHECK_SECONDS:.0f} s (a cell "
+                              "that runs long?): not graded.")
+                return 2, report
+            return (rc if rc in (0, 1) else 2), report
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -266,19 +315,46 @@ def make_server(service: HubCheck, path: Path) -> socketserver.ThreadingUnixStre
     class Handler(socketserver.BaseRequestHandler):
         def handle(self) -> None:
             sock = self.request
-            if not active.acquire(blocking=False):
-                return                                  # too many at once: closed unanswered
+            deadline = [0.0]
 
             def send(text: str) -> None:
-                sock.settimeout(30)
-                sock.sendall((text + "\n").encode("utf-8", "replace"))
+                """Send ``text``'s lines, all within SEND_SECONDS (a slow reader is dropped)."""
+                end = deadline[0] or time.monotonic() + SEND_SECONDS
+                for line in text.split("\n"):
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError("the client reads too slowly")
+                    sock.settimeout(left)
+                    sock.sendall((line if line.startswith(SENTINEL) else _line(line))
+                                 .encode("utf-8", "replace") + b"\n")
 
             try:
-                try:
-                    rc = service.serve_one(sock, send)
-                except Refused as exc:
+                name = service.who(sock)            # before anything is held for it
+                service.claim(name)
+            except Refused as exc:
+                with contextlib.suppress(OSError):
                     send(f"Self-check refused: {exc}")
+                    send(f"{SENTINEL}2")
+                    _close_gently(sock, 0.2)
+                return
+            if not active.acquire(blocking=False):
+                with service.lock:
+                    service.busy.discard(name)
+                return                                  # too many at once: closed unanswered
+            try:
+                try:
+                    rc = service.serve_one(sock, name, send)
+                except Refused as exc:
                     rc = 2
+                    send(f"Self-check refused: {exc}")
+                except (OSError, TimeoutError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - answered, logged in one line
+                    rc = 2
+                    print(f"check of {name}: {type(exc).__name__}: {str(exc)[:200]}",
+                          file=sys.stderr, flush=True)
+                    send("Self-check failed on the grader's side: tell your instructor.")
+                deadline[0] = time.monotonic() + 5
                 send(f"{SENTINEL}{rc}")
                 _close_gently(sock)
             except OSError:

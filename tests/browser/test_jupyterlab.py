@@ -7,7 +7,9 @@ lab_notebook.py), runs all cells through JupyterLab's own "Run All" command, and
 - every cell ran without an error output;
 - all four explorers render as widgets, and moving the scaling explorer's d_k slider with the
   keyboard (as a user would) redraws its figure;
-- nbgrader's JupyterLab extension is there: the notebook toolbar has "Validate".
+- the notebook toolbar has no "Validate": the lab runs with `make lab`'s Jupyter config
+  (``autograder/selfcheck/lab``), where nbgrader's extension is off (its Validate cannot run
+  the hidden tests and said "Success" of wrong notebooks).
 
 Screenshots of each explorer go to ``$BROWSER_ARTIFACTS_DIR`` (default ``build/browser-artifacts``;
 ``tests/artifacts/`` holds a committed set). The browser is Debian's ``chromium`` package
@@ -46,6 +48,7 @@ def lab(tmp_path_factory, browser_path):
            if k not in ("CI", "NBGRADER_EXECUTION", "COURSE_PROFILE", "JPY_SESSION_NAME")}
     bindir = str(Path(sys.executable).parent)
     env.update(COURSE_WIDGETS="interactive", OMP_NUM_THREADS="1",
+               JUPYTER_CONFIG_PATH=str(ROOT / "autograder" / "selfcheck" / "lab"),
                PATH=bindir + os.pathsep + env.get("PATH", ""),
                JUPYTER_RUNTIME_DIR=str(work / "runtime"), JUPYTER_CONFIG_DIR=str(work / "config"),
                JUPYTERLAB_WORKSPACES_DIR=str(work / "workspaces"), HOME=str(work / "home"))
@@ -116,7 +119,7 @@ ERRORS = """() => {
 
 def test_notebook_runs_and_explorers_react_in_chromium(lab, browser_path):
     """In a real browser, do all cells run, do the four explorers render, does a slider
-    redraw its figure, and is nbgrader's Validate button on the toolbar?"""
+    redraw its figure, and is there no nbgrader Validate button on the toolbar?"""
     from playwright.sync_api import expect, sync_playwright
 
     t0 = time.monotonic()
@@ -131,11 +134,11 @@ def test_notebook_runs_and_explorers_react_in_chromium(lab, browser_path):
             page.wait_for_selector(".jp-NotebookPanel .jp-Notebook")
             page.wait_for_function(KERNEL_IDLE, timeout=60_000)
 
-            # nbgrader's JupyterLab extension: the "Validate" toolbar button.
-            validate = page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate")
-            validate.first.wait_for(state="visible", timeout=20_000)
-            page.locator(".jp-NotebookPanel-toolbar").screenshot(
-                path=str(out / "jupyterlab_toolbar_validate.png"))
+            # No nbgrader "Validate" on the toolbar (make lab's config turns nbgrader off).
+            toolbar = page.locator(".jp-NotebookPanel-toolbar")
+            toolbar.get_by_text("Python 3").first.wait_for(state="visible", timeout=20_000)
+            assert toolbar.get_by_text("Validate").count() == 0
+            toolbar.screenshot(path=str(out / "jupyterlab_toolbar.png"))
 
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
             page.wait_for_function(ALL_RAN, timeout=90_000, polling=500)

@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 
 import nbformat
-import pytest
 from chromium import CHROMIUM_FLAGS, artifacts
 
 from autograder.cohort.similarity import run_similarity
