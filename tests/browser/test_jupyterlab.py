@@ -19,17 +19,12 @@ the reason, only when Chromium or the ``playwright`` package is missing.
 
 from __future__ import annotations
 
-import os
-import secrets
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import lab_notebook
 import pytest
-from chromium import CHROMIUM_FLAGS, artifacts, free_port
+from chromium import CHROMIUM_FLAGS, artifacts, jupyter_lab
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLORERS = ["scaling", "attention", "positional", "sampling"]
@@ -43,52 +38,8 @@ def lab(tmp_path_factory, browser_path):
     """A JupyterLab server on 127.0.0.1 serving a folder with the test notebook."""
     work = tmp_path_factory.mktemp("lab")
     notebook = lab_notebook.build(ROOT, work / "course")
-    port, token = free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CI", "NBGRADER_EXECUTION", "COURSE_PROFILE", "JPY_SESSION_NAME")}
-    bindir = str(Path(sys.executable).parent)
-    env.update(COURSE_WIDGETS="interactive", OMP_NUM_THREADS="1",
-               JUPYTER_CONFIG_PATH=str(ROOT / "autograder" / "selfcheck" / "lab"),
-               PATH=bindir + os.pathsep + env.get("PATH", ""),
-               JUPYTER_RUNTIME_DIR=str(work / "runtime"), JUPYTER_CONFIG_DIR=str(work / "config"),
-               JUPYTERLAB_WORKSPACES_DIR=str(work / "workspaces"), HOME=str(work / "home"))
-    (work / "home").mkdir()
-    # No "Jupyter news" pop-up or update check: nothing may cover the widgets (or go online).
-    settings = work / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        '{"fetchNews": "false", "checkForUpdates": false}', encoding="utf-8")
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
-           f"--port={port}", f"--ServerApp.token={token}", "--ServerApp.password=",
-           f"--ServerApp.root_dir={work / 'course'}", "--LabApp.expose_app_in_browser=True",
-           "--ServerApp.port_retries=0", f"--LabApp.user_settings_dir={work / 'settings'}"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:   # CI containers run as root
-        cmd.append("--allow-root")
-    log = open(work / "jupyter.log", "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    pytest.fail("JupyterLab did not start:\n"
-                                + (work / "jupyter.log").read_text(errors="replace")[-3000:])
-                time.sleep(0.3)
-        yield {"base": base, "token": token, "notebook": notebook, "root": work / "course",
-               "log": work / "jupyter.log"}
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-
+    with jupyter_lab(work, work / "course", COURSE_WIDGETS="interactive") as lab:
+        yield {**lab, "notebook": notebook, "root": work / "course"}
 
 
 KERNEL_IDLE = """() => {

@@ -21,17 +21,14 @@ committed set).
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import CHROMIUM_FLAGS, artifacts, free_port
+from chromium import CHROMIUM_FLAGS, artifacts, jupyter_lab
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY2 = "day02_queries_keys_values"
@@ -71,50 +68,8 @@ def learner_lab(tmp_path_factory, browser_path):
     subprocess.run([sys.executable, "-m", "autograder", "workspace", "--dir", str(mine)],
                    cwd=ROOT, check=True, capture_output=True, timeout=120)
     _wrong_day12(mine / DAY12 / f"{DAY12}.ipynb")
-    port, token = free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CI", "NBGRADER_EXECUTION", "COURSE_PROFILE", "JPY_SESSION_NAME",
-                        "JUPYTER_CONFIG_PATH")}
-    env.update(OMP_NUM_THREADS="1", HOME=str(work / "home"),
-               PATH=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
-               JUPYTER_CONFIG_PATH=str(ROOT / "autograder" / "selfcheck" / "lab"),
-               JUPYTER_RUNTIME_DIR=str(work / "runtime"), JUPYTER_CONFIG_DIR=str(work / "cfg"),
-               JUPYTERLAB_WORKSPACES_DIR=str(work / "workspaces"),
-               XDG_RUNTIME_DIR=str(work / "xdg"), TFS_GRADING_CACHE=str(work / "cache"))
-    for d in ("home", "xdg"):
-        (work / d).mkdir(mode=0o700)
-    settings = work / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        '{"fetchNews": "false", "checkForUpdates": false}', encoding="utf-8")
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
-           f"--port={port}", f"--ServerApp.token={token}", "--ServerApp.password=",
-           f"--ServerApp.root_dir={mine}", "--LabApp.expose_app_in_browser=True",
-           "--ServerApp.port_retries=0", f"--LabApp.user_settings_dir={work / 'settings'}"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-root")
-    log = open(work / "jupyter.log", "wb")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("JupyterLab did not start:\n"
-                                + (work / "jupyter.log").read_text(errors="replace")[-3000:])
-                time.sleep(0.3)
-        yield {"base": base, "token": token, "mine": mine, "env": env}
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+    with jupyter_lab(work, mine, TFS_GRADING_CACHE=str(work / "cache")) as lab:
+        yield {**lab, "mine": mine}
 
 
 def _open(page, lab, day: str) -> None:
