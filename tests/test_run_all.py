@@ -41,12 +41,25 @@ def _answer(nb, gid: str, code: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["blank", "wrong"])
+@pytest.mark.parametrize("kind", ["blank", "wrong", "crash"])
 def test_run_all_reaches_the_self_check_button(root, tmp_path, kind):
+    """Run All on a blank notebook, a wrong one, and one whose wrong answer makes later cells
+    raise (a shape error far from the answer): does every cell run, down to the button?"""
     nb = nbformat.read(str(root / "release" / DAY / f"{DAY}.ipynb"), as_version=4)
     if kind == "wrong":
         nb = nbformat.read(str(root / "solutions" / DAY / f"{DAY}.ipynb"), as_version=4)
         nb = _answer(nb, "day02_softmax", "def softmax(x, dim=-1):\n    return x.exp()\n")
+    if kind == "crash":
+        nb = nbformat.read(str(root / "solutions" / DAY / f"{DAY}.ipynb"), as_version=4)
+        nb = _answer(nb, "day02_softmax",
+                     "def softmax(x, dim=-1):\n    return None\n")
+        _run(nb, tmp_path)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.get("execution_count") for c in code), "Run All stopped before the end"
+        crashed = [c for c in code if any(o.get("output_type") == "error" for o in c.outputs)]
+        assert crashed, "the wrong softmax was meant to break a later cell"
+        assert all("Run All goes on" in _text(c) for c in crashed)
+        return
     (tmp_path / DAY).mkdir()
     _run(nb, tmp_path / DAY)
     code = [c for c in nb.cells if c.cell_type == "code"]

@@ -12,9 +12,11 @@ two kinds of failure read as what they are, not as a crash:
 - an exercise not written yet (its stub raises ``NotImplementedError``) prints one line naming
   it;
 
-and neither stops "Run All": the rest of the notebook runs, down to the Self-check button.
-Any other error stays an error, with its traceback. Nothing changes while nbgrader grades a
-notebook (``NBGRADER_EXECUTION``), where every failure must count.
+and no error stops "Run All": the rest of the notebook runs, down to the Self-check button
+and the explorers (a wrong answer often breaks a later plot or demo cell too). Any other
+error still shows in full, with its traceback and one line saying that the notebook went on;
+only an interrupt (the stop button, Ctrl-C) stops it. Nothing changes while nbgrader grades
+a notebook (``NBGRADER_EXECUTION``), where every failure must count.
 """
 
 from __future__ import annotations
@@ -54,11 +56,18 @@ def _show(shell, etype, value, tb, tb_offset=None):
 
 
 def _keep_going(result) -> None:
-    """post_run_cell: a failed visible check or an unwritten stub does not stop Run All."""
+    """post_run_cell: an error (not an interrupt) does not stop Run All; one that is not a
+    failed check or an unwritten stub says so under its traceback."""
     from course.checking import CheckFailure
 
-    if isinstance(result.error_in_exec, (CheckFailure, NotImplementedError)):
-        result.error_in_exec = None
+    error = result.error_in_exec or result.error_before_exec
+    if not isinstance(error, Exception):
+        return                          # none, or KeyboardInterrupt / SystemExit: stop
+    if not isinstance(error, (CheckFailure, NotImplementedError)):
+        print(f"{RED}(Run All goes on to the end of the notebook: the cells below may fail "
+              f"because of this one. Fix the first error first.){END}")
+    result.error_in_exec = None
+    result.error_before_exec = None
 
 
 def install_learner_display() -> bool:

@@ -28,6 +28,8 @@ from autograder.judge.checks import (
     value_check,
 )
 from autograder.judge.checks.day14_reference import (
+    MERGE_WITHOUT_TRANSPOSE,
+    SPLIT_WITHOUT_TRANSPOSE,
     _modern_gpt_ref,
     _reference_attention,
     _rope_reference,
@@ -271,7 +273,11 @@ def _cached_values(attn, x, w_qkv, w_proj, heads, x_full) -> None:
               for i in range(3)), is_causal=True).transpose(1, 2).reshape(2, 7, d) @ w_proj.T
         compare(full, _reference_attention(x_full, w_qkv, w_proj, heads),
                 "output over 7 tokens without a cache",
-                {"q and k were not rotated: apply RoPE to q and k before the scores": no_rope},
+                {"q and k were not rotated: apply RoPE to q and k before the scores": no_rope,
+                 MERGE_WITHOUT_TRANSPOSE: _reference_attention(
+                     x_full, w_qkv, w_proj, heads, layout="no-merge-transpose"),
+                 SPLIT_WITHOUT_TRANSPOSE: _reference_attention(
+                     x_full, w_qkv, w_proj, heads, layout="no-head-transpose")},
                 rtol=1e-5, atol=1e-6)
         if _cache_len(full_cache, "without a cache") != 7:
             raise CheckFailure("after 7 tokens the returned cache should hold 7 keys.")

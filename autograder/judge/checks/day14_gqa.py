@@ -27,7 +27,11 @@ from autograder.judge.checks import (
     value_check,
 )
 from autograder.judge.checks.day14 import _rope_first
-from autograder.judge.checks.day14_reference import _rope_reference
+from autograder.judge.checks.day14_reference import (
+    MERGE_WITHOUT_TRANSPOSE,
+    SPLIT_WITHOUT_TRANSPOSE,
+    _rope_reference,
+)
 from course.checking import expect_tensor
 
 # (num_heads, num_kv_heads) pairs with a group of 2 or more and more than one shared head:
@@ -37,25 +41,36 @@ D_K = 4
 
 
 def reference(x: torch.Tensor, w: dict[str, torch.Tensor], heads: int, kv_heads: int, *,
-              head_of=None, values_first: bool = False) -> torch.Tensor:
+              head_of=None, values_first: bool = False, layout: str = "") -> torch.Tensor:
     """Causal GQA over x (B, T, D) with the injected weights ``w``.
 
     ``head_of(h, heads, kv_heads)`` maps query head h to its key/value head (h // group, the
-    convention); ``values_first`` reads kv_proj's rows as values then keys (a classic mistake).
+    convention); ``values_first`` reads kv_proj's rows as values then keys, ``layout``
+    ``"no-head-transpose"`` splits every head with view(B, heads, T, d_k) and
+    ``"no-merge-transpose"`` merges with reshape(B, T, D) from (B, H, T, d_k) (classic
+    mistakes).
     """
     b, n, d = x.shape
     dk = d // heads
     head_of = head_of or (lambda h, heads, kv: h // (heads // kv))
-    q = (x @ w["q_proj.weight"].T).view(b, n, heads, dk).transpose(1, 2)    # (B, H, T, d_k)
+
+    def split(t: torch.Tensor, h: int) -> torch.Tensor:                   # (B, T, h d_k) ->
+        if layout == "no-head-transpose":
+            return t.reshape(b, h, n, dk)                                    # (B, h, T, d_k)
+        return t.view(b, n, h, dk).transpose(1, 2)                           # (B, h, T, d_k)
+
+    q = split(x @ w["q_proj.weight"].T, heads)                               # (B, H, T, d_k)
     k, v = (x @ w["kv_proj.weight"].T).split(kv_heads * dk, dim=2)          # (B, T, G d_k) x 2
     if values_first:
         k, v = v, k
-    k, v = (t.view(b, n, kv_heads, dk).transpose(1, 2) for t in (k, v))     # (B, G, T, d_k)
+    k, v = split(k, kv_heads), split(v, kv_heads)                           # (B, G, T, d_k)
     pos = torch.arange(n)
     q, k = _rope_reference(q, pos, 10000.0), _rope_reference(k, pos, 10000.0)
     index = torch.tensor([head_of(h, heads, kv_heads) for h in range(heads)])   # (H,)
     y = F.scaled_dot_product_attention(q, k[:, index], v[:, index], is_causal=True)
-    return y.transpose(1, 2).reshape(b, n, d) @ w["proj.weight"].T           # (B, T, D)
+    if layout != "no-merge-transpose":
+        y = y.transpose(1, 2)                                               # (B, T, H, d_k)
+    return y.reshape(b, n, d) @ w["proj.weight"].T                           # (B, T, D)
 
 
 def _build(GroupedQueryAttention, heads: int, kv_heads: int, seed: int):
@@ -108,6 +123,10 @@ def _values(attn, w, d: int, heads: int, kv_heads: int, seed: int, decode: bool)
             reference(x, w, heads, kv_heads, head_of=lambda h, hs, kv: h % kv)
     candidates["kv_proj's outputs were read as values, then keys: the first num_kv_heads * d_k "
                "outputs are the keys"] = reference(x, w, heads, kv_heads, values_first=True)
+    candidates[MERGE_WITHOUT_TRANSPOSE] = reference(x, w, heads, kv_heads,
+                                                    layout="no-merge-transpose")
+    candidates[SPLIT_WITHOUT_TRANSPOSE] = reference(x, w, heads, kv_heads,
+                                                    layout="no-head-transpose")
     label = f"GroupedQueryAttention({d}, {heads}, {kv_heads}, 16)"
     with torch.no_grad():
         out = call(attn, x, name=f"{label} over 7 tokens without a cache")

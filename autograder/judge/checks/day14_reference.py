@@ -25,16 +25,32 @@ def _rope_reference(x: torch.Tensor, positions: torch.Tensor, base: float,
     return torch.stack([z.real, z.imag], dim=-1).flatten(-2)
 
 
-def _reference_attention(x, w_qkv, w_proj, heads, base=10000.0):
-    """Causal SDPA with RoPE (complex reference) over a whole sequence."""
+def _reference_attention(x, w_qkv, w_proj, heads, base=10000.0, layout: str = ""):
+    """Causal SDPA with RoPE (complex reference) over a whole sequence. ``layout`` computes
+    a classic mistake instead: ``"no-head-transpose"`` splits the heads with view(B, H, T,
+    d_k), ``"no-merge-transpose"`` merges them with reshape(B, T, D) from (B, H, T, d_k)."""
     b, n, d = x.shape
     dk = d // heads
-    q, k, v = (x @ w_qkv.T).split(d, dim=2)
-    q, k, v = (t.view(b, n, heads, dk).transpose(1, 2) for t in (q, k, v))
+    q, k, v = (x @ w_qkv.T).split(d, dim=2)                                   # 3 x (B, T, D)
+    if layout == "no-head-transpose":
+        q, k, v = (t.reshape(b, heads, n, dk) for t in (q, k, v))             # (B, H, T, d_k)
+    else:
+        q, k, v = (t.view(b, n, heads, dk).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d_k)
     pos = torch.arange(n)
     q, k = _rope_reference(q, pos, base), _rope_reference(k, pos, base)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return y.transpose(1, 2).reshape(b, n, d) @ w_proj.T
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)               # (B, H, T, d_k)
+    if layout == "no-merge-transpose":
+        return y.reshape(b, n, d) @ w_proj.T                                  # (B, T, D)
+    return y.transpose(1, 2).reshape(b, n, d) @ w_proj.T                      # (B, T, D)
+
+
+SPLIT_WITHOUT_TRANSPOSE = (
+    "the heads were split with view(B, H, T, d_k) straight from (B, T, D): view(B, T, H, d_k)"
+    ".transpose(1, 2) keeps each token's features together")
+MERGE_WITHOUT_TRANSPOSE = (
+    "the heads were merged with view/reshape(B, T, D) straight from (B, H, T, d_k): "
+    "transpose(1, 2) back to (B, T, H, d_k) first (then .contiguous().view(B, T, D)); "
+    "without it, positions and heads mix")
 
 
 def _rms(x: torch.Tensor, gain: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
