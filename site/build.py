@@ -22,6 +22,7 @@ import argparse
 import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,24 @@ MATHJAX = SITE / "node_modules" / "mathjax" / "es5"
 # What the site's MathJax (tex-chtml.js) may load on demand; the rest of es5/ is left out.
 MATHJAX_KEEP = ["tex-chtml.js", "input", "output/chtml", "ui", "a11y", "sre", "adaptors"]
 
+
+
+# README sections the home page leaves out: the developers' commands and the file layout (the
+# site's "Start here" says how a learner begins).
+HOME_SKIPS = ("Two commands", "Layout")
+
+
+def readme_sections(readme: str) -> tuple[str, dict[str, str]]:
+    """The README's text before its first ``## `` heading (less the title), and each
+    ``## `` section by its title, in order."""
+    parts = re.split(r"(?m)^(?=## )", readme)
+    intro = "\n".join(parts[0].splitlines()[1:]).strip() + "\n"
+    sections = {}
+    for part in parts[1:]:
+        title = part.splitlines()[0][3:].strip()
+        if title not in HOME_SKIPS:
+            sections[title] = part.rstrip() + "\n"
+    return intro, sections
 
 def day_notebooks() -> list[Path]:
     days = sorted(p for p in (ROOT / "release").glob("day[0-9][0-9]_*/day[0-9][0-9]_*.ipynb")
@@ -91,12 +110,18 @@ def stage(src: Path) -> None:
     shutil.copy2(SITE / "index.md", src / "index.md")
     shutil.copytree(SITE / "_static", src / "_static")
 
-    # The home page includes the README; its day names become links to the day pages.
+    # The home page includes the README: its opening (what the course is) first, then the
+    # site's own "Start here", then the days (their names link to the day pages) and how the
+    # course works. The README's commands for developers and its file layout stay out.
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     days = day_notebooks()
     for nb in days:
         readme = readme.replace(f"| `{nb.stem}` |", f"| [`{nb.stem}`](days/{nb.stem}.ipynb) |")
-    (src / "_readme.md").write_text(readme, encoding="utf-8")
+    intro, sections = readme_sections(readme)
+    (src / "_readme_intro.md").write_text(intro, encoding="utf-8")
+    order = ["The 14 days"] + [t for t in sections if t not in HOME_SKIPS + ("The 14 days",)]
+    (src / "_readme_rest.md").write_text(
+        "\n".join(sections[t] for t in order if t in sections), encoding="utf-8")
 
     (src / "docs").mkdir()
     for doc in sorted((ROOT / "docs").glob("*.md")):
