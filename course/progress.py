@@ -106,7 +106,8 @@ def _start_standby(path: Path) -> None:
 
     ``python -m autograder selfcheck --standby`` gets everything ready (nbgrader, the checks, a
     kernel with PyTorch imported) and grades when told to: the report then comes in a few
-    seconds instead of ten or more. It holds a few hundred MB while it waits and ends with
+    seconds instead of ten or more. It holds about 0.6 GB while it waits (two processes with
+    PyTorch: the grader with the checks, the kernel; docs/learners.md) and ends with
     this kernel (its input closes). ``COURSE_SELFCHECK_STANDBY=0`` turns it off.
     """
     if os.environ.get("NBGRADER_EXECUTION") or os.environ.get(HUB_CHECK) or \

@@ -14,7 +14,7 @@ time (:mod:`autograder.selfcheck.standby`); this helper does the same for the co
 - The helper answers with the report of a standby: the one it started for that notebook after
   the last check (ready by now), or a new one. After each check it starts a fresh standby for
   the same notebook (a standby grades once), so the next check of it only grades.
-- Bounds: standbys for the :data:`MAX_STANDBYS` notebooks checked last (each about 0.5 GB: a
+- Bounds: standbys for the :data:`MAX_STANDBYS` notebooks checked last (each about 0.6 GB: a
   kernel with PyTorch and a process with nbgrader), older ones stopped; the helper exits after
   :data:`IDLE_SECONDS` without a request, after :data:`MAX_LIFETIME`, when a request comes
   from other code (the course or the grader changed: :func:`code_stamp`), and on ``stop``. Its
