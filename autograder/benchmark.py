@@ -261,6 +261,34 @@ def _timed_grade(label: str, n: int, root: Path, subs: Path, days: list[str], **
     return results, took
 
 
+def widget_times(repeat: int = 5) -> dict[str, float]:
+    """Median seconds of an explorer's redraw after a control moves (what a slider drag
+    costs), for the scaling and positional-encoding explorers on the course's own code;
+    printed, and returned. The goal is well under a second on a 2-core laptop."""
+    import statistics
+
+    import torch
+
+    from course import widgets as W
+    from course.standins import SinusoidalPositionalEncoding
+
+    out = {}
+    scaling = W.scaling_explorer(interactive=True)
+    pe = SinusoidalPositionalEncoding(64, max_len=128)
+    positional = W.positional_encoding_explorer(pe, max_len=128, interactive=True)
+    moves = {"scaling explorer, d_k": (scaling, "d_k", [4, 1024]),
+             "positional explorer, position": (positional, "position", [5, 90])}
+    torch.manual_seed(0)
+    for label, (explorer, name, values) in moves.items():
+        times = []
+        for i in range(repeat):
+            explorer.update(**{name: values[i % 2]})
+            times.append(explorer.seconds)
+        out[label] = statistics.median(times)
+        print(f"{label}: median redraw {out[label]:.3f} s over {repeat}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.benchmark", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -286,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="grade again with a sandbox per kernel and compare every result")
     ap.add_argument("--selfcheck", action="store_true",
                     help="time the self-check of each day's answer key instead")
+    ap.add_argument("--widgets", action="store_true",
+                    help="time the explorers' redraws instead (a slider move to a new figure)")
     ap.add_argument("--record", type=Path, metavar="FILE",
                     help="also append the figures, the command and the machine to FILE (the "
                          "course's record: docs/benchmark-record.md)")
@@ -301,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TFS_FORK_SERVER"] = "0"
     if args.selfcheck:
         selfcheck_times(root, pipeline.resolve_days(root, args.days))
+        return 0
+    if args.widgets:
+        widget_times()
         return 0
     days = pipeline.resolve_days(root, args.days or ["1", "2", "3"])
     with tempfile.TemporaryDirectory(prefix="tfs-bench-") as tmp:

@@ -70,7 +70,11 @@ def _cmd_accept(args: argparse.Namespace) -> int:
     if not path.is_file():
         print(f"no result for {args.student}/{day} in {out / 'results'}", file=sys.stderr)
         return 2
-    result = pipeline.Result.from_json(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        result = pipeline.Result.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, KeyError) as exc:
+        print(f"{path}: {exc}; run grade again first", file=sys.stderr)
+        return 2
     print(f"{result.student}/{result.day}: {result.status}, {result.score:g}/"
           f"{result.max_score:g} points")
     for flag in result.flags or ["(no flags)"]:

@@ -291,7 +291,7 @@ def fetch(name: str, *, base_url: str | None = None, progressbar: bool = True,
             return _download(entry, url, target, progressbar)
         except DatasetError as err:
             downloads.append(str(err))
-        except Exception as err:  # requests' connection/HTTP errors, timeouts, truncation
+        except Exception as err:  # noqa: BLE001 - requests' connection/HTTP errors, timeouts, truncation
             downloads.append(f"{url}: {type(err).__name__}: {err}")
     corrupted = any("corrupted" in e or "checksum" in e for e in downloads)
     kind = DatasetError if corrupted else DatasetUnavailable

@@ -260,7 +260,7 @@ def load_previous(day: str, *names: str, folder: str | os.PathLike | None = None
     else:
         try:
             namespace, first_error = _execute(path, day)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the learner's notebook may raise anything: reported
             problem_all = f"{path.name} could not be read or run ({type(exc).__name__}: {exc})"
             first_error = ""
     found = []

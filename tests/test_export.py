@@ -51,7 +51,8 @@ def grading(tmp_path: Path) -> Path:
         for d, m in ((D1, 10.0), (D3, 20.0)):
             (g / "results" / s).mkdir(parents=True, exist_ok=True)
             (g / "results" / s / f"{d}.json").write_text(json.dumps(
-                {"student": s, "day": d, "status": "graded", "score": 1.0, "max_score": m}))
+                {"student": s, "day": d, "status": "graded", "score": 1.0, "max_score": m,
+                 "schema": 1}))
     return g
 
 

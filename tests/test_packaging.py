@@ -136,3 +136,27 @@ def test_ci_runs_the_readme_test_command(root):
     assert "make test" in (root / ".ci" / "run").read_text()
     readme = (root / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
+
+
+def test_every_package_the_code_imports_is_declared(root):
+    """Is every third-party package that autograder/ or course/ imports a declared dependency
+    of the project (not one that happens to come with another)?"""
+    import ast
+    import importlib.metadata as md
+
+    imported = set()
+    for path in [*(root / "autograder").rglob("*.py"), *(root / "course").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third = sorted(m for m in imported - set(sys.stdlib_module_names)
+                   if m not in ("autograder", "course"))
+    dists = md.packages_distributions()
+    declared = {re.sub(r"[-_.]+", "-", Requirement(r).name).lower()
+                for r in _pyproject(root)["project"]["dependencies"]}
+    missing = {m: dists.get(m) for m in third
+               if not {re.sub(r"[-_.]+", "-", d).lower() for d in dists.get(m, [m])} & declared}
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+    assert "ipython" in declared and "jupyter-client" in declared   # the check sees both

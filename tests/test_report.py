@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from autograder.grading.pipeline import Result, TestResult
-from autograder.grading.report import diagnosis_key, summarize, write_report
+from autograder.grading.report import diagnosis_key, load_results, summarize, write_report
 
 DAY = "day04_multi_head_attention"
 
@@ -112,3 +112,27 @@ def test_blank_notebooks_are_not_started_not_a_diagnosis(root, tmp_path):
     assert "Day 4: " in page and "Day 5" not in page and "not started" in page
     assert "max error 0.100: you scaled by sqrt(d_model)" in page and "#" not in page.split(
         "Most frequent diagnoses", 1)[1]
+
+
+def test_results_of_another_schema_are_never_read(tmp_path):
+    """A result written by another version of the grader (no schema, or another one) is not
+    read with fields dropped or defaulted: from_json refuses it, the report leaves it out,
+    and grade's resume grades it again (pipeline.grade treats a refused result as absent)."""
+    import pytest
+
+    from autograder.core.records import RESULT_SCHEMA
+
+    r = _results()[0]
+    assert r.to_json()["schema"] == RESULT_SCHEMA
+    assert Result.from_json(r.to_json()) == r
+    for schema in (None, RESULT_SCHEMA + 1):
+        data = {k: v for k, v in r.to_json().items() if k != "schema"}
+        if schema is not None:
+            data["schema"] = schema
+        with pytest.raises(ValueError, match="schema"):
+            Result.from_json(data)
+    results = tmp_path / "results" / "old"
+    results.mkdir(parents=True)
+    (results / f"{DAY}.json").write_text(json.dumps({"student": "old", "day": DAY,
+                                                     "status": "graded", "score": 3.0}))
+    assert summarize(load_results(tmp_path / "results"))["n"] == 0

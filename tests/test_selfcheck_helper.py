@@ -160,9 +160,8 @@ def test_a_helper_that_restarts_leaves_the_next_helpers_socket_alone(helper_env)
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         serving.join(30)
-        assert not serving.is_alive()
+        assert not serving.is_alive()      # serve() returns after its clean-up
         assert _wait(lambda: helper._connect(path) is not None, 30)
-        time.sleep(1.0)                    # the old helper has finished its clean-up
         assert new.poll() is None and path.exists()
         assert helper._connect(path) is not None
     finally:

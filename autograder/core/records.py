@@ -30,6 +30,9 @@ class TestResult:
     message: str = ""
 
 
+RESULT_SCHEMA = 1   # Result's JSON form; raise it when a field is renamed, added or removed
+
+
 @dataclass
 class Result:
     """The outcome of grading one (student, day).
@@ -54,12 +57,23 @@ class Result:
     flags: list[str] = field(default_factory=list)  # tamper findings, truncated output...
     submitted_at: str = ""  # ISO 8601, UTC (autograder.core.deadlines.submission_time)
     time_source: str = ""   # classroom, nbgrader, lms, file; unreadable; "" when none
+    schema: int = 1         # RESULT_SCHEMA when written; another value is never read
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> Result:
+        """The result written by :meth:`to_json`.
+
+        Raises:
+            ValueError: written with another schema (or none): a renamed or added field would
+                otherwise be dropped or defaulted without a word; such a result is graded
+                again (``grade``) or skipped with a note.
+        """
+        if not isinstance(data, dict) or data.get("schema") != RESULT_SCHEMA:
+            found = data.get("schema") if isinstance(data, dict) else None
+            raise ValueError(f"result schema {found!r}; this grader reads {RESULT_SCHEMA}")
         known = {f for f in cls.__dataclass_fields__}
         data = {k: v for k, v in data.items() if k in known}
         data["tests"] = [TestResult(**t) for t in data.get("tests", [])]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -157,7 +158,11 @@ def write_feedback(results_dir: Path, out_dir: Path, students: list[str] | None 
     accepted = acceptance.load(Path(results_dir).parent / "accepted.json")
     written = []
     for path in sorted(Path(results_dir).glob("*/*.json")):
-        result = Result.from_json(json.loads(path.read_text(encoding="utf-8")))
+        try:
+            result = Result.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError, KeyError) as exc:
+            print(f"feedback: {path} skipped ({exc}): run grade again", file=sys.stderr)
+            continue
         if (students and result.student not in students) or (days and result.day not in days):
             continue
         nb_path = path.with_suffix(".ipynb")

@@ -37,7 +37,7 @@ def _worker_main(conn, template: str, course_root: str, base: str, sandbox: bool
     os.dup2(log, 1)
     try:
         _worker_setup(Path(template), Path(course_root), Path(base), sandbox)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - sent to the parent, which reports it
         conn.send({"_setup_error": f"{type(exc).__name__}: {exc}"})
         return
     conn.send({"_ready": os.getpid()})

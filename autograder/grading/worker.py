@@ -352,7 +352,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers-from-scratch") as gb:
             gb.update_or_create_student(student)
         _run_converter(Autograde, config, day, student)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a grading failure becomes the result's status
         log = _tail(private / "kernel.log")
         if any(w in log.lower() for w in MEMORY_WORDS):
             # The submission exhausted its kernel's memory and grading could not finish (seen

@@ -147,7 +147,7 @@ def dataset_binds() -> tuple[list[list[str]], dict]:
         roots.append(Path(os.environ[MIRROR_ENV]).expanduser())
     try:
         roots.append(cache_dir())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no data cache folder: nothing to bind
         pass
     binds = []
     for name in names:

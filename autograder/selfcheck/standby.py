@@ -97,7 +97,7 @@ class Standby:
         worker.warm_up_autograde(self.day, self.prepared[1])
         try:
             _wait_until_ready(km)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - re-raised with the kernel's log
             log = worker._tail(private / "kernel.log")
             raise RuntimeError(f"{exc}; kernel log: {log}") from None
 

@@ -259,7 +259,7 @@ def test_a_class_in_the_browser(folder, browser_path):  # noqa: F811
                                              .as_posix())
                     page.goto(f"{base}/user/{name}/files/{rel}")
                     body = page.locator("body")
-                    assert f"Score {score}" in body.inner_text()
+                    assert f"score {score}" in body.inner_text()
                     if name == "student2":
                         assert "still raises NotImplementedError" in body.inner_text()
                     page.screenshot(path=str(out / f"classroom_feedback_{name}.png"),

@@ -145,7 +145,7 @@ def check_mha_rejects_bad_heads(MultiHeadSelfAttention) -> None:
                                f"message {shown(text)} should name both d_model=30 and "
                                "num_heads=4.") from None
         return
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything: diagnosed
         raise CheckFailure(f"MultiHeadSelfAttention(30, 4) raised {type(exc).__name__}: {exc}; "
                            "raise a ValueError naming d_model and num_heads instead.") from None
     raise CheckFailure("MultiHeadSelfAttention(30, 4) should raise ValueError: 30 is not "

@@ -123,7 +123,7 @@ def check_pe_errors(SinusoidalPositionalEncoding) -> None:
             raise CheckFailure(f"forward on 11 positions with max_len=8 raised ValueError, but "
                                f"its message {shown(str(exc))} should name both 11 and "
                                "8.") from None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything: diagnosed
         raise CheckFailure(f"forward on 11 positions with max_len=8 raised "
                            f"{type(exc).__name__}: {exc}. Check seq_len against self.max_len "
                            "and raise a ValueError naming both numbers.") from None
@@ -134,7 +134,7 @@ def check_pe_errors(SinusoidalPositionalEncoding) -> None:
         odd = SinusoidalPositionalEncoding(7, 9)
     except ValueError:
         return
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything: diagnosed
         raise CheckFailure(f"SinusoidalPositionalEncoding(7, 9) raised {type(exc).__name__}: "
                            f"{exc}. An odd d_model must either work (the last sin column has no "
                            "cos partner) or raise a clear ValueError.") from None

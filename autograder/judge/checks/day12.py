@@ -412,7 +412,7 @@ def _n_ctx(model, vocab, n_ctx) -> None:
             raise CheckFailure(f"the ValueError for 12 tokens with n_ctx = 9 should name both "
                                f"numbers; its message was {shown(text)}.") from None
         return
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything: diagnosed
         raise CheckFailure(
             f"12 tokens with n_ctx = 9 raised {type(exc).__name__}: {exc}; check the length "
             "first in forward and raise ValueError(f'sequence length {N} exceeds n_ctx = "

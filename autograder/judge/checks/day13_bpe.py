@@ -353,7 +353,7 @@ def _encode_cases(BPETokenizer) -> None:
                                f"{shown(str(exc))}. "
                                "Name the unknown character.") from None
         return
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything: diagnosed
         raise CheckFailure(f"encode('abz') raised {type(exc).__name__}: {exc}; raise a "
                            "ValueError that names the character not in the vocabulary.") \
             from None
