@@ -196,3 +196,44 @@ def test_the_benchmark_record_appends_what_was_printed_under_its_command_and_mac
     assert text.count("`python -m autograder.benchmark --students 8`") == 2
     assert text.index("first: 1.0 s") < text.index("second: 2.0 s")
     assert "cores" in text and "PyTorch" in text and "--record" not in text.split("\n## ")[1]
+
+
+def _course_variables() -> set[str]:
+    """The course's own environment variables (``TFS_*``, ``COURSE_*``, ``AUTOGRADER_*``) that
+    autograder/ and course/ name in their code (``__all__`` lists aside)."""
+    import ast
+
+    names: set[str] = set()
+    pattern = re.compile(r"\b(?:TFS|COURSE|AUTOGRADER)_[A-Z0-9_]+\b")
+    for path in [*(ROOT / "autograder").rglob("*.py"), *(ROOT / "course").rglob("*.py")]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        exported = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+                    for c in ast.walk(node.value)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in exported:
+                names |= set(pattern.findall(node.value))
+    return names - {"COURSE_DAYS"}   # a constant's name, in a docstring
+
+
+def test_the_architecture_map_names_what_exists_and_every_variable():
+    """Does docs/architecture.md name only modules that exist, and list every environment
+    variable of the course's own that the code reads (and none that it does not)?"""
+    page = _read(ROOT / "docs" / "architecture.md")
+    modules = set(re.findall(r"\b((?:autograder|course)(?:\.[a-z_0-9]+)+)", page))
+    missing = []
+    for dotted in sorted(modules):
+        parts = dotted.split(".")
+        for n in range(len(parts), 0, -1):     # the longest prefix that is a module or package
+            base = ROOT.joinpath(*parts[:n])
+            if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+                break
+        else:
+            missing.append(dotted)
+    assert not missing, f"named in architecture.md but not in the code: {missing}"
+    table = page.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`((?:TFS|COURSE|AUTOGRADER)_[A-Z0-9_]+)`", table))
+    code = _course_variables()
+    assert code - listed == set(), f"read by the code, missing from the map: {code - listed}"
+    assert listed - code == set(), f"on the map, read by no code: {listed - code}"
