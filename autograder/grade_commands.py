@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from autograder.console import Progress
+from autograder.core.records import Status
 from autograder.grading import pipeline
 
 
@@ -28,7 +29,7 @@ def print_results(results: list[pipeline.Result], days: list[str], csv: Path | N
 
     print(pipeline.format_table(results, days))
     for r in results:
-        if r.status != "graded":
+        if r.status != Status.GRADED:
             print(f"  {r.student}/{r.day}: {r.status}: {r.detail}")
     if csv is not None:
         accepted = acceptance.load(csv.parent / "accepted.json")
@@ -37,7 +38,7 @@ def print_results(results: list[pipeline.Result], days: list[str], csv: Path | N
         print(f"\ngrades written to {csv}")
         if deadlines is not None:
             lates = [(r, late_of(r, deadlines, acceptance.paid(r, accepted)))
-                     for r in results if r.status != "environment-error"]
+                     for r in results if r.status != Status.ENVIRONMENT_ERROR]
             late = [(r, x) for r, x in lates if x.hours_late]
             flagged = [(r, x) for r, x in lates if x.flagged]
             print(f"deadlines: {len(late)} late submission(s), "
@@ -47,7 +48,7 @@ def print_results(results: list[pipeline.Result], days: list[str], csv: Path | N
         if unpaid:
             print(f"{len(unpaid)} tampered submission(s) pay 0 until you accept them, after "
                   "reading the evidence: python -m autograder accept STUDENT DAY")
-    faults = sum(r.status == "environment-error" for r in results)
+    faults = sum(r.status == Status.ENVIRONMENT_ERROR for r in results)
     if faults:
         print(f"{faults} environment-error result(s): the grader's fault, not the student's; "
               "nothing charged (empty in grades.csv). Fix what each says, then grade again: "
@@ -158,13 +159,13 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     for why in problems:
         print(f"not graded: {why}", file=sys.stderr)
     # Only the days someone submitted, unless the instructor named them.
-    graded_days = [d for d in days if any(r.day == d and (args.day or r.status != "missing")
+    graded_days = [d for d in days if any(r.day == d and (args.day or r.status != Status.MISSING)
                                           for r in results)]
     shown = [r for r in results if r.day in graded_days]
     print_results(shown, graded_days, out / "grades.csv", deadlines)
     counts = {s: sum(r.status == s for r in shown) for s in pipeline.STATUSES}
     print("statuses: " + ", ".join(f"{s} {n}" for s, n in counts.items() if n))
-    found = sum(r.status != "missing" for r in results)
+    found = sum(r.status != Status.MISSING for r in results)
     print(f"graded {found} notebook{'s' * (found != 1)} of {len({r.student for r in results})} "
           f"student(s) in {time.monotonic() - t0:.1f} s; results in {out / 'results'} "
           "(re-running grades only what changed)")

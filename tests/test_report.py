@@ -136,3 +136,15 @@ def test_results_of_another_schema_are_never_read(tmp_path):
     (results / f"{DAY}.json").write_text(json.dumps({"student": "old", "day": DAY,
                                                      "status": "graded", "score": 3.0}))
     assert summarize(load_results(tmp_path / "results"))["n"] == 0
+
+
+def test_a_failure_is_made_one_way_and_written_as_text():
+    """Result.failed: no points, the job's total and key, the status an enum that files hold
+    as its text."""
+    from autograder.core.records import Status
+
+    job = {"student": "ann", "day": DAY, "total": 3.0, "key": "k1", "settings": {}}
+    r = Result.failed(job, Status.TIMEOUT, "took too long")
+    assert (r.score, r.max_score, r.key, r.detail) == (0.0, 3.0, "k1", "took too long")
+    assert r.status == "timeout" and json.loads(json.dumps(r.to_json()))["status"] == "timeout"
+    assert Result.from_json(json.loads(json.dumps(r.to_json()))).status is Status.TIMEOUT

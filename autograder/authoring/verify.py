@@ -19,6 +19,7 @@ import nbformat
 
 from autograder.authoring import alternatives, stated
 from autograder.authoring.mutants import Mutant, load_catalog
+from autograder.core.records import Status
 from autograder.grading.pipeline import Result, grade, notebook_name, resolve_days
 
 
@@ -38,7 +39,7 @@ class Report:
 
 def check_mutant(m: Mutant, r: Result) -> str | None:
     """None when the mutant was caught with its diagnosis, else what went wrong."""
-    if r.status != "graded":
+    if r.status != Status.GRADED:
         return f"mutant {m.id}: status {r.status} ({r.detail})"
     test = next((t for t in r.tests if t.grade_id == m.test), None)
     if test is None:
@@ -114,7 +115,7 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
             if ref is None:
                 continue
             bad = [t for t in ref.tests if t.points < t.max_points]
-            if ref.status != "graded" or bad:
+            if ref.status != Status.GRADED or bad:
                 problems.append(f"reference {day}: status {ref.status}; failing tests: "
                                 + "; ".join(f"{t.grade_id}: {t.message[:300]}" for t in bad))
             executed = subs / "results" / "reference" / f"{day}.ipynb"
@@ -125,13 +126,13 @@ def verify(root: Path, days: list[str] | None = None, jobs: int | None = None,
         blank = by_key.get(("blank", day))
         if blank is not None:
             bad = [t for t in blank.tests if t.points > 0]
-            if blank.status != "graded" or bad:
+            if blank.status != Status.GRADED or bad:
                 problems.append(f"blank {day}: status {blank.status}; tests that passed on a "
                                 "stub: " + ", ".join(t.grade_id for t in bad))
     for a in alts:
         r = by_key[(f"alternative-{a.id}", a.day)]
         bad = [t for t in r.tests if t.points < t.max_points]
-        if r.status != "graded" or bad:
+        if r.status != Status.GRADED or bad:
             problems.append(f"alternative {a.path.name} (correct code written another way) "
                             f"lost points: status {r.status} {r.detail or ''}; "
                             + "; ".join(f"{t.grade_id}: {t.message[:400]}" for t in bad))

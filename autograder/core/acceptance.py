@@ -15,7 +15,9 @@ import os
 import tempfile
 from pathlib import Path
 
-UNPAID = ("tampered",)
+from autograder.core.status import Status
+
+UNPAID = (Status.TAMPERED,)
 
 
 def load(path: Path) -> set[tuple[str, str, str]]:

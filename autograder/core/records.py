@@ -15,9 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder.core.nbgrader import CONFIG_FILE
-
-STATUSES = ("graded", "missing", "unreadable", "rejected", "timeout", "memory-limit",
-            "kernel-died", "tampered", "environment-error")
+from autograder.core.status import STATUSES, Status  # noqa: F401 - re-exported
 
 
 @dataclass
@@ -63,6 +61,14 @@ class Result:
         return asdict(self)
 
     @classmethod
+    def failed(cls, job: dict, status: Status, detail: str, *, sandboxed: bool = False
+               ) -> Result:
+        """No points for ``job`` (a grading job: student, day, total, key): ``status`` says
+        why and ``detail`` how, in a line or two. The one way a failure is made."""
+        return cls(job["student"], job["day"], Status(status), 0.0, job.get("total", 0.0),
+                   detail=detail, key=job.get("key", ""), sandboxed=sandboxed)
+
+    @classmethod
     def from_json(cls, data: dict) -> Result:
         """The result written by :meth:`to_json`.
 
@@ -76,6 +82,7 @@ class Result:
             raise ValueError(f"result schema {found!r}; this grader reads {RESULT_SCHEMA}")
         known = {f for f in cls.__dataclass_fields__}
         data = {k: v for k, v in data.items() if k in known}
+        data["status"] = Status(data.get("status"))      # an unknown status: ValueError
         data["tests"] = [TestResult(**t) for t in data.get("tests", [])]
         data["flags"] = list(data.get("flags", []))
         return cls(**data)
@@ -153,7 +160,7 @@ def write_csv(results: list[Result], days: list[str], path: Path,
         w.writerow([*header, "total", "max_total"])
         for s in students:
             row = [by_key.get((s, d)) for d in days]
-            row = [None if r is not None and r.status == "environment-error" else r
+            row = [None if r is not None and r.status == Status.ENVIRONMENT_ERROR else r
                    for r in row]
             cells, total = [], 0.0
             for r in row:
@@ -179,7 +186,7 @@ def late_of(result: Result, deadlines, points: float):
     notebook is never late (it earns nothing either way)."""
     from autograder.core.deadlines import Late, assess
 
-    if result.status == "missing":
+    if result.status == Status.MISSING:
         return Late(points, note="no submission")
     return assess(deadlines, result.student, result.day, points, result.submitted_at,
                   result.time_source)
@@ -210,7 +217,7 @@ def format_table(results: list[Result], days: list[str]) -> str:
             r = by_key.get((s, day))
             if r is None:
                 cells.append(f"{'':>{c}}")
-            elif r.status != "graded":
+            elif r.status != Status.GRADED:
                 cells.append(f"{r.status:>{c}}")
             else:
                 pct = 100.0 * r.score / r.max_score if r.max_score else 0.0

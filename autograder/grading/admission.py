@@ -27,6 +27,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.core.course import notebook_name
+from autograder.core.records import Status
 from autograder.grading.score import graded_cells, scan_for_tampering
 from autograder.sandbox import kernel_files
 
@@ -90,7 +91,7 @@ def read_notebook(sub: Submission) -> None:
     """Missing, a link, not a regular file, over the size limit (:func:`notebook_cap`,
     default 50 MiB) or not a valid notebook: refused with the reason."""
     if sub.path is None:
-        raise Refused("missing", f"no {notebook_name(sub.day)} submitted")
+        raise Refused(Status.MISSING, f"no {notebook_name(sub.day)} submitted")
     path = Path(sub.path)
     cap = notebook_cap(sub.settings)
     try:
@@ -102,7 +103,7 @@ def read_notebook(sub: Submission) -> None:
         notebook = nbformat.reads(raw.decode("utf-8"), as_version=4)
         nbformat.validate(notebook)
     except Exception as exc:  # noqa: BLE001 - any unreadable file gets a status, not a crash
-        raise Refused("unreadable", f"{path.name} is not a valid notebook: "
+        raise Refused(Status.UNREADABLE, f"{path.name} is not a valid notebook: "
                                     f"{type(exc).__name__}: {str(exc)[:300]}") from None
     sub.notebook = notebook
 
@@ -131,7 +132,7 @@ def refuse_another_days_notebook(sub: Submission) -> None:
     if ids and not ids & own:
         other = sorted({i.split("_")[0] for i in ids if i.startswith("day")})
         owner = ", ".join(other) or "another notebook"
-        raise Refused("missing", f"{Path(sub.path).name} in {sub.day}/ is not the {sub.day} "
+        raise Refused(Status.MISSING, f"{Path(sub.path).name} in {sub.day}/ is not the {sub.day} "
                                  f"notebook (its cells belong to {owner}); nothing was graded "
                                  "for this day")
 
@@ -194,7 +195,7 @@ def write_out(sub: Submission) -> None:
     text = nbformat.writes(sub.notebook)
     cap = notebook_cap(sub.settings)
     if len(text.encode("utf-8")) > cap:
-        raise Refused("rejected", f"the notebook, written out for grading, is larger than "
+        raise Refused(Status.REJECTED, f"the notebook, written out for grading, is larger than "
                                   f"{cap / 2**20:.0f} MiB, the limit: make its cells or "
                                   "attachments smaller")
     sub.text = text

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from autograder.core.records import Status
+
 _CACHE: dict[str, Path] = {}
 
 
@@ -210,10 +212,9 @@ def remote_grade(job: dict, blob: bytes) -> dict:
             try:
                 return attempt(job)
             except TimeoutError:
-                return Result(job["student"], job["day"], "timeout", 0.0,
-                              job.get("total", 0.0), detail=f"grading took longer than {hard}"
-                              " s on the Dask worker; its grading process was stopped",
-                              key=job.get("key", "")).to_json()
+                return Result.failed(job, Status.TIMEOUT, f"grading took longer than {hard}"
+                                     " s on the Dask worker; its grading process was stopped"
+                                     ).to_json()
             except EOFError:
                 continue
         why = (f"the grading process on the Dask worker died (exit code {attempt.code}) "
@@ -248,9 +249,8 @@ def _serve(base: str) -> None:
                 ready = sandbox
             data = worker.grade_one(job)
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the batch
-            data = Result(job["student"], job["day"], "environment-error", 0.0,
-                          job.get("total", 0.0), detail=f"{type(exc).__name__}: {exc}",
-                          key=job.get("key", "")).to_json()
+            data = Result.failed(job, Status.ENVIRONMENT_ERROR,
+                                 f"{type(exc).__name__}: {exc}").to_json()
         os.write(real_stdout, (json.dumps(data) + "\n").encode())
     # stdin closed: skip the interpreter's finalisation (about a second with PyTorch loaded)
     sys.stderr.flush()

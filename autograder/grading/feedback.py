@@ -14,20 +14,20 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.core.records import Result, _atomic_write_text
+from autograder.core.records import Result, Status, _atomic_write_text
 
 STATUS_TEXT = {
-    "graded": "Graded.",
-    "missing": "No notebook was found for this day.",
-    "unreadable": "The file could not be read as a notebook (invalid or truncated JSON).",
-    "rejected": "The notebook could not be graded because of what it contains (the reason "
+    Status.GRADED: "Graded.",
+    Status.MISSING: "No notebook was found for this day.",
+    Status.UNREADABLE: "The file could not be read as a notebook (invalid or truncated JSON).",
+    Status.REJECTED: "The notebook could not be graded because of what it contains (the reason "
                 "follows); it counts 0 until you submit one that can be.",
-    "timeout": "A cell ran past its time limit and was stopped; later cells may not have run.",
-    "memory-limit": "The notebook hit the memory limit.",
-    "kernel-died": "Python stopped while running the notebook (os._exit, a crash or a limit); "
+    Status.TIMEOUT: "A cell ran past its time limit and was stopped; later cells may not have run.",
+    Status.MEMORY_LIMIT: "The notebook hit the memory limit.",
+    Status.KERNEL_DIED: "Python stopped while running the notebook (os._exit, a crash or a limit); "
                    "the cells after that point did not run.",
-    "tampered": "The notebook changes how the tests work; an instructor will review it.",
-    "environment-error": "The grader itself had a problem; an instructor will re-run it.",
+    Status.TAMPERED: "The notebook changes how the tests work; an instructor will review it.",
+    Status.ENVIRONMENT_ERROR: "The grader itself had a problem; an instructor will re-run it.",
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -111,7 +111,7 @@ def render(result: Result, notebook: nbformat.NotebookNode | None, late=None,
         except (OSError, ValueError, AttributeError):
             pass                        # a day the course no longer has: ids, not names
     late_text = ""
-    if late is not None and late.note and result.status != "missing":
+    if late is not None and late.note and result.status != Status.MISSING:
         late_text = late.note[0].upper() + late.note[1:] + "."
         if late.penalty:
             late_text += (f" Late penalty: \u2212{late.penalty:g} point(s); "
@@ -120,7 +120,7 @@ def render(result: Result, notebook: nbformat.NotebookNode | None, late=None,
             late_text = ("The time of this submission could not be established; your "
                          "instructor will check it. No penalty was applied.")
     status_text = ""
-    if result.status != "graded" or result.detail:
+    if result.status != Status.GRADED or result.detail:
         status_text = f"{STATUS_TEXT.get(result.status, '')} {result.detail[:600]}".strip()
     by_id = {t.grade_id: t for t in result.tests}
     items, shown = [], set()

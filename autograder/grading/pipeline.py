@@ -30,6 +30,7 @@ from autograder.core.nbgrader import CONFIG_FILE, generate, load_config  # noqa:
 from autograder.core.records import (  # noqa: F401
     STATUSES,
     Result,
+    Status,
     TestResult,
     _atomic_write_json,
     _atomic_write_text,
@@ -216,7 +217,7 @@ def grade(
                     prev = Result.from_json(json.loads(old.read_text(encoding="utf-8")))
                 except (ValueError, TypeError, KeyError):
                     prev = None
-                if prev and prev.key == key and prev.status != "environment-error":
+                if prev and prev.key == key and prev.status != Status.ENVIRONMENT_ERROR:
                     if (prev.submitted_at, prev.time_source) != times[(student, day)]:
                         prev.submitted_at, prev.time_source = times[(student, day)]
                         _atomic_write_json(old, prev.to_json())
@@ -248,9 +249,8 @@ def grade(
     quick = [j for j in todo if j["path"] is None]
     todo = [j for j in todo if j["path"] is not None]
     for j in quick:
-        record(Result(j["student"], j["day"], "missing", 0.0, j["total"],
-                      detail=f"no {notebook_name(j['day'])} submitted", key=j["key"],
-                      sandboxed=sandboxed).to_json())
+        record(Result.failed(j, Status.MISSING, f"no {notebook_name(j['day'])} submitted",
+                             sandboxed=sandboxed).to_json())
     if todo:
         lim = settings["limits"]
         with tempfile.TemporaryDirectory(prefix="tfs-grade-") as tmp:

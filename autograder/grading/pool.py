@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from autograder.core.course import PipelineError
-from autograder.core.records import Result
+from autograder.core.records import Result, Status
 from autograder.grading import preflight
 from autograder.grading.worker import _worker_setup, grade_one
 
@@ -57,11 +57,9 @@ def _worker_main(conn, template: str, course_root: str, base: str, sandbox: bool
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the batch
             import traceback
 
-            data = Result(job["student"], job["day"], "environment-error", 0.0,
-                          job.get("total", 0.0),
-                          detail=f"grading crashed: {type(exc).__name__}: {exc}; "
-                                 + traceback.format_exc()[-600:],
-                          key=job.get("key", "")).to_json()
+            data = Result.failed(job, Status.ENVIRONMENT_ERROR,
+                                 f"grading crashed: {type(exc).__name__}: {exc}; "
+                                 + traceback.format_exc()[-600:]).to_json()
         conn.send(data)
 
 
@@ -180,10 +178,9 @@ class _Pool:
                         todo.insert(0, control)
                         continue
                     pending -= 1
-                    yield Result(job["student"], job["day"], "timeout", 0.0,
-                                 job.get("total", 0.0), detail=f"grading took longer than "
-                                 f"{self.hard_timeout:.0f} s; the worker was stopped",
-                                 key=job.get("key", "")).to_json()
+                    yield Result.failed(job, Status.TIMEOUT, f"grading took longer than "
+                                        f"{self.hard_timeout:.0f} s; the worker was stopped"
+                                        ).to_json()
 
     def close(self) -> None:
         for w in self.workers:

@@ -24,6 +24,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from autograder.core.records import Status
+
 #: What fixes a dataset the grading machine lacks.
 DATASET_FIX = ("fix: restore the copy shipped with the course (`git checkout -- course/datasets` "
                "in the checkout, or reinstall the course), or set COURSE_DATA_DIR to a folder "
@@ -213,7 +215,7 @@ def control_failure(result: dict | None) -> str:
     shows the machine grades, else what failed, in words."""
     if result is None:
         return "the day's answer key could not be graded either (its grading process died)"
-    if result.get("status") == "graded":
+    if result.get("status") == Status.GRADED:
         return ""
     return (f"the day's answer key did not grade either ({result.get('status')}: "
             f"{one_line(result.get('detail', ''), 400)})")
@@ -245,8 +247,8 @@ def whose_failure(job: dict, what: str, grade) -> tuple[str, str]:
     why = ("this was the machine's control" if job.get("control") else
            confirm_machine(job["day"], job["settings"], grade))
     if why:
-        return "environment-error", f"{what}; {why}; {RERUN}"
-    return "rejected", (f"this notebook could not be graded ({what}), while the day's answer "
+        return Status.ENVIRONMENT_ERROR, f"{what}; {why}; {RERUN}"
+    return Status.REJECTED, (f"this notebook could not be graded ({what}), while the day's answer "
                         "key grades on this machine: something in it (its cells, their "
                         "metadata or outputs) is the cause")
 
@@ -259,12 +261,11 @@ def after_death(job: dict, why: str, control: dict | None) -> dict:
     from autograder.core.records import Result
 
     failure = control_failure(control)
-    status, detail = ("environment-error", f"{why}; {failure}; {RERUN}") if failure else (
-        "kernel-died", f"{why}, while the day's answer key grades in a fresh one: this "
+    status, detail = (Status.ENVIRONMENT_ERROR, f"{why}; {failure}; {RERUN}") if failure else (
+        Status.KERNEL_DIED, f"{why}, while the day's answer key grades in a fresh one: this "
                        "notebook stops its grading process (a crash, a limit, or its code)")
-    return Result(job["student"], job["day"], status, 0.0, job.get("total", 0.0),
-                  detail=detail, key=job.get("key", ""),
-                  sandboxed=bool(job["settings"].get("sandbox"))).to_json()
+    return Result.failed(job, status, detail,
+                         sandboxed=bool(job["settings"].get("sandbox"))).to_json()
 
 
 def one_line(text: str, n: int = 300) -> str:

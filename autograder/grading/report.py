@@ -22,7 +22,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from autograder.core.records import STATUSES, Result, _atomic_write_text
+from autograder.core.records import STATUSES, Result, Status, _atomic_write_text
 
 NUM = re.compile(r"(?<![\w.])-?\d+(\.\d+)?(e-?\d+)?(?!\w)")  # not the 2 of norm2
 
@@ -68,10 +68,10 @@ def summarize(results: list[Result]) -> dict:
     """Per graded day: scores, pass rate per test, the statuses, the blank notebooks, and the
     diagnoses ranked by the share of the day's graded submissions that got them (a
     notebook's stubs left as they were count as "not started", not as a diagnosis)."""
-    days = sorted({r.day for r in results if r.status != "missing"})
+    days = sorted({r.day for r in results if r.status != Status.MISSING})
     results = [r for r in results if r.day in days]
-    graded = [r for r in results if r.status in ("graded", "tampered", "timeout",
-                                                  "memory-limit", "kernel-died")]
+    graded = [r for r in results if r.status in (Status.GRADED, Status.TAMPERED, Status.TIMEOUT,
+                                                  Status.MEMORY_LIMIT, Status.KERNEL_DIED)]
     scores = {d: [100 * r.score / r.max_score for r in graded if r.day == d and r.max_score]
               for d in days}
     cell_pass: dict[tuple[str, str], list[bool]] = defaultdict(list)

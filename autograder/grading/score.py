@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.core.course import notebook_name
-from autograder.core.records import TestResult
+from autograder.core.records import Status, TestResult
 
 
 def graded_cells(nb: nbformat.NotebookNode) -> list[tuple[str, float]]:
@@ -233,7 +233,7 @@ def _status_from(events: dict, graded: nbformat.NotebookNode, kernel_log: str,
         data = any(n in f for f in faults for n in DATA_ERRORS)
         fix = DATASET_FIX if data else ("fix: what it says (a bug of the grader: its check in "
                                          "autograder/judge/checks)")
-        return "environment-error", [
+        return Status.ENVIRONMENT_ERROR, [
             "the grader or its machine failed, not the notebook: " + "; ".join(faults)
             + f"; {fix}; {RERUN}"]
     status, reasons = _run_status(events, graded, kernel_log)
@@ -256,22 +256,22 @@ def _run_status(events: dict, graded: nbformat.NotebookNode, kernel_log: str
     notes = []
     if events.get("kernel_died"):
         if any(w in kernel_log.lower() for w in mem_words):
-            return "memory-limit", ["the kernel died when it ran out of memory"]
+            return Status.MEMORY_LIMIT, ["the kernel died when it ran out of memory"]
         if mem:
             # Out of address space, C code (zmq, a thread start) may crash instead of raising:
             # a death after a memory error is the memory limit's doing.
-            return "memory-limit", [f"hit the memory limit ({mem[0]}), then the kernel died "
+            return Status.MEMORY_LIMIT, [f"hit the memory limit ({mem[0]}), then the kernel died "
                                     f"({_exit_words(events.get('kernel_exit'))})"]
-        return "kernel-died", ["the kernel died (os._exit, a crash, or the CPU-time limit); "
+        return Status.KERNEL_DIED, ["the kernel died (os._exit, a crash, or the CPU-time limit); "
                                "cells after it were not run; "
                                + _exit_words(events.get("kernel_exit"))]
     if events.get("timeout"):
         if mem:  # out of memory, the kernel could no longer answer in time: the memory's doing
             return "memory-limit", [f"hit the memory limit ({mem[0]}), then a cell ran past "
                                     "its time limit"]
-        return "timeout", ["a cell ran past its time limit and was interrupted"]
+        return Status.TIMEOUT, ["a cell ran past its time limit and was interrupted"]
     if mem:
-        return "memory-limit", [f"hit the memory limit: {mem[0]}"]
+        return Status.MEMORY_LIMIT, [f"hit the memory limit: {mem[0]}"]
     texts = [f"{out.get('ename', '')}: {out.get('evalue', '')}" for cell in graded.cells
              for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     for words, note in LIMIT_NOTES:
@@ -279,7 +279,7 @@ def _run_status(events: dict, graded: nbformat.NotebookNode, kernel_log: str
             notes.append(note)
     if events.get("output_truncated"):
         notes.append("output truncated: the notebook printed more than the limit")
-    return "graded", notes
+    return Status.GRADED, notes
 
 
 def status_confirmed(events: dict, graded, kernel_log: str, data_check, confirm
@@ -291,12 +291,12 @@ def status_confirmed(events: dict, graded, kernel_log: str, data_check, confirm
     status, flags = _status_from(events, graded, kernel_log, data_check)
     judged = events.get("judged") or {}
     bugs = sorted(g for g, v in judged.items() if v.get("internal") == "grader bug")
-    if status != "environment-error" or not bugs:
+    if status != Status.ENVIRONMENT_ERROR or not bugs:
         return status, flags
     rest = dict(events, judged={g: dict(v, internal="") if g in bugs else v
                                 for g, v in judged.items()})
     others, notes = _status_from(rest, graded, kernel_log, data_check)
-    if others == "environment-error" or confirm():
+    if others == Status.ENVIRONMENT_ERROR or confirm():
         return status, flags
     return others, notes + [f"review: the grader failed on this notebook's answers only "
                             f"({', '.join(bugs)}; the answer key grades): those tests count 0"]

@@ -22,7 +22,7 @@ import nbformat
 
 from autograder.core.course import notebook_name
 from autograder.core.nbgrader import _run_converter, load_config
-from autograder.core.records import Result
+from autograder.core.records import Result, Status
 from autograder.grading import admission
 from autograder.grading.score import (
     MEMORY_WORDS,
@@ -358,7 +358,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
             # The submission exhausted its kernel's memory and grading could not finish (seen
             # with the memhog robustness case under a loaded machine): the submission's
             # outcome, for review, not a failure of the machinery to retry.
-            return done("memory-limit", detail="hit the memory limit, then grading could not "
+            return done(Status.MEMORY_LIMIT, detail="hit the memory limit, then grading could not "
                         f"finish: {type(exc).__name__}: {str(exc)[:1200]}; kernel log: {log}")
         return blame(f"nbgrader's autograde failed: {type(exc).__name__}: {str(exc)[:600]}"
                      + (f"; kernel log: {log}" if log else ""))
@@ -372,7 +372,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
         return blame("nbgrader produced no autograded notebook; kernel log: "
                      + _tail(private / "kernel.log"))
     if len(raw) > limit:  # more than the notebook and every output the limits let through
-        return done("rejected", detail=f"the graded notebook came back larger than "
+        return done(Status.REJECTED, detail=f"the graded notebook came back larger than "
                     f"{limit / 2**20:.0f} MiB (its outputs): nothing could be scored")
     text = raw.decode("utf-8", "replace")
     try:
@@ -403,7 +403,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
     status, flags = status_confirmed(
         events, graded, _tail(private / "kernel.log", 4000),
         lambda names: kernel_data_problems(names, sandboxed), confirm)
-    if status == "environment-error":
+    if status == Status.ENVIRONMENT_ERROR:
         score = 0.0  # the machine's fault: nothing charged or paid until graded again
     flags += sub.flags + review
     detail = "; ".join(flags[:5])

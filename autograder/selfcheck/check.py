@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.core.course import TestInfo, test_map  # noqa: F401 - re-exported
+from autograder.core.records import Status
 from autograder.grading import pipeline
 from autograder.grading.pipeline import PipelineError
 
 STUDENT = "learner"
 # Problems of the grading machinery, not of the notebook: nothing to record.
-NOT_RECORDED = ("environment-error", "error")
+NOT_RECORDED = (Status.ENVIRONMENT_ERROR, "error")
 
 
 def _grade_options(sandbox: bool = False) -> dict:
@@ -54,7 +55,7 @@ class Report:
 
     @property
     def full_marks(self) -> bool:
-        return self.result.status == "graded" and self.result.score >= self.result.max_score
+        return self.result.status == Status.GRADED and self.result.score >= self.result.max_score
 
 
 def day_of(notebook: Path, root: Path) -> str:
@@ -106,7 +107,7 @@ def format_report(result: pipeline.Result, tests: dict[str, TestInfo], notebook:
     for t in result.tests:
         info = tests.get(t.grade_id)
         groups.setdefault(info.exercise if info else "Other tests", []).append(t)
-    if result.status != "graded":
+    if result.status != Status.GRADED:
         lines.append(f"Status: {result.status}. {result.detail}".rstrip())
         lines.append("")
     for exercise, items in groups.items():
@@ -131,7 +132,7 @@ def format_report(result: pipeline.Result, tests: dict[str, TestInfo], notebook:
     failed = sum(1 for t in result.tests if t.points < t.max_points)
     if result.status in NOT_RECORDED:
         verdict = "not graded (a problem of the grading set-up, not of your notebook)"
-    elif failed == 0 and result.status == "graded":
+    elif failed == 0 and result.status == Status.GRADED:
         verdict = "all tests pass"
     else:
         verdict = f"{failed} test{'s' if failed != 1 else ''} to fix"
@@ -199,6 +200,6 @@ def show_progress(start: Path | None = None) -> str:
 
 def exit_status(report: Report) -> int:
     """0: full marks, 1: some points lost, 2: not graded."""
-    if report.result.status != "graded":
+    if report.result.status != Status.GRADED:
         return 2
     return 0 if report.full_marks else 1
