@@ -8,18 +8,22 @@ Every check raises :class:`CheckFailure` (an ``AssertionError``), so nbgrader sc
 check as a failed test cell and shows the message.
 
 The advice a message carries (a hint for a PyTorch error, where two tensors differ) comes from
-:mod:`course.advice`. The judge's hooks (``KERNEL_MAKE``, ``LOCAL_VALUE``, ``SEED_MAP``,
-``ACTIVE_FORBID``, ``VALUE_CHECKS``, ``BUGS``) live here only: the judge sets them as
-``checking.NAME = ...``, so they are read at call time, never copied. This module imports no
-other module of the course but :mod:`course.advice`; :mod:`course.probes` imports it.
+:mod:`course.advice`. What the judge knows while one hidden check runs (how to make an object
+in the kernel, the check's key, what it forbade, how many values it compared, any grader bug)
+is one :class:`JudgeContext`, set by ``autograder.judge.run`` for that check
+(:func:`judging`) and read at call time (:func:`context`); without a judge, one process-wide
+context stands for "no kernel". This module imports no other module of the course but
+:mod:`course.advice`; :mod:`course.probes` imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -77,13 +81,59 @@ class KernelTensor(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs)
 
 
-# Every GraderBug raised while the running check ran, kept even if a check (or PyTorch, as
-# load_state_dict does) catches it: the judge then reports the grader's error.
-BUGS: list[str] = []
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclass
+class JudgeContext:
+    """What the judge knows while one hidden check runs; :func:`judging` sets one per check.
+
+    - ``make(factory, args, kwargs)`` makes an object where the learner's code runs and
+      returns a proxy of it (:func:`in_kernel`); None when checks run in one process;
+    - ``local_value`` fetches a tensor that still lives in the kernel (identity here);
+    - ``key`` is the check's key, ``seed_map`` derives from it the seeds sent to the kernel
+      (``autograder.judge.checks.seeded``; identity without a judge);
+    - ``forbid`` the functions the innermost :func:`forbid` blocks (sent with each call into
+      the kernel), ``forbidden`` every path any ``forbid`` of the check named (the verdict's
+      record, which the host's static review backs);
+    - ``value_checks`` counts the comparisons of a learner's values with expected values;
+    - ``bugs`` every :class:`GraderBug` raised, kept even if a check (or PyTorch, as
+      ``load_state_dict`` does) catches it: the judge then reports the grader's error.
+    """
+
+    make: Callable[..., Any] | None = None
+    local_value: Callable[[Any], Any] = _identity
+    key: bytes = b""
+    seed_map: Callable[[int], int] = _identity
+    forbid: list[str] = field(default_factory=list)
+    forbidden: list[str] = field(default_factory=list)
+    value_checks: int = 0
+    bugs: list[str] = field(default_factory=list)
+
+
+_ONE_PROCESS = JudgeContext()                 # checks run without a judge (visible checks)
+_JUDGE: contextvars.ContextVar[JudgeContext | None] = contextvars.ContextVar(
+    "course_judge_context", default=None)
+
+
+def context() -> JudgeContext:
+    """The running check's :class:`JudgeContext` (the one-process context without a judge)."""
+    return _JUDGE.get() or _ONE_PROCESS
+
+
+@contextlib.contextmanager
+def judging(ctx: JudgeContext) -> Iterator[JudgeContext]:
+    """Run the block as one hidden check of the judge, with ``ctx`` as its context."""
+    token = _JUDGE.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _JUDGE.reset(token)
 
 
 def _bug(message: str) -> GraderBug:
-    BUGS.append(message)
+    context().bugs.append(message)
     return GraderBug(message)
 
 
@@ -98,26 +148,9 @@ def trusted(value: torch.Tensor) -> torch.Tensor:
     return value.as_subclass(torch.Tensor) if isinstance(value, KernelTensor) else value
 
 
-# Hooks for the grading judge (autograder.judge.remote), which runs the hidden checks outside the
-# learner's kernel: how to fetch a tensor that still lives in the kernel (identity here), the
-# functions forbidden by the innermost ``forbid`` (sent along with each call into the kernel),
-# and how many comparisons of a learner's values with expected values succeeded.
-LOCAL_VALUE: Callable[[Any], Any] = lambda value: value  # noqa: E731
-ACTIVE_FORBID: list[str] = []
-VALUE_CHECKS: list[int] = [0]
-
-
-# Set by the judge while it runs a check: makes ``factory(*args, **kwargs)`` in the kernel
-# and returns a proxy of the result (see ``in_kernel``); None when checks run in one process.
-KERNEL_MAKE: Callable[..., Any] | None = None
-# How the judge derives a seed it sends the kernel (``generator``) from a check's seed
-# (``autograder.judge.checks.seeded``); the identity when checks run in one process.
-SEED_MAP: Callable[[int], int] = lambda seed: seed  # noqa: E731
-
-
 def note_value_checked() -> None:
     """Count one successful comparison of a learner's values with expected values."""
-    VALUE_CHECKS[0] += 1
+    context().value_checks += 1
 
 
 def in_kernel(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -130,18 +163,20 @@ def in_kernel(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     ``course.standins``, ``torch.nn`` or ``torch.optim``, or ``torch.Generator``) and gets
     back a proxy of it. Without a judge this is a plain call.
     """
-    if KERNEL_MAKE is None:
+    make = context().make
+    if make is None:
         return factory(*args, **kwargs)
-    return KERNEL_MAKE(factory, args, kwargs)
+    return make(factory, args, kwargs)
 
 
 def generator(seed: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded with ``SEED_MAP(seed)``, where the learner's code runs.
+    """A CPU ``torch.Generator`` seeded with the judge's ``seed_map(seed)``, where the learner's
+    code runs.
 
     In grading the kernel makes the generator and seeds it (its ``manual_seed`` returns it).
     This module imports nothing of :mod:`course.probes` (which imports it).
     """
-    return in_kernel(torch.Generator).manual_seed(SEED_MAP(seed))
+    return in_kernel(torch.Generator).manual_seed(context().seed_map(seed))
 
 
 def twin(module: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
@@ -153,11 +188,12 @@ def twin(module: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
     """
     import copy
 
-    if KERNEL_MAKE is None:
+    make = context().make
+    if make is None:
         return copy.deepcopy(module)
     if not args and not kwargs:
         args, kwargs = getattr(module, "init_args", ((), {}))
-    other = KERNEL_MAKE(type(module), args, kwargs)
+    other = make(type(module), args, kwargs)
     with torch.no_grad():
         other.load_state_dict({k: v.detach() for k, v in module.state_dict().items()})
     grads = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
@@ -227,7 +263,7 @@ def expect_tensor(
     The type must be exactly ``torch.Tensor`` (or ``nn.Parameter``): an object that merely
     pretends (a subclass whose ``__eq__`` or ``allclose`` always says yes) is rejected.
     """
-    value = LOCAL_VALUE(value)
+    value = context().local_value(value)
     if type(value) not in (torch.Tensor, torch.nn.Parameter, KernelTensor):
         raise CheckFailure(
             f"{name} should be a torch.Tensor, got {type(value).__module__}."
@@ -314,7 +350,7 @@ def refuse_kernel_expected(expected: Any, name: str) -> None:
 
 def matches(actual: Any, expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     """True when ``actual`` is a real tensor equal to ``expected`` (used to name mistakes)."""
-    actual = LOCAL_VALUE(actual)
+    actual = context().local_value(actual)
     if type(actual) not in (torch.Tensor, torch.nn.Parameter, KernelTensor):
         return False
     if tuple(actual.shape) != tuple(expected.shape):
@@ -363,12 +399,14 @@ def forbid(*paths: str) -> Iterator[list[str]]:
             owner = getattr(owner, part)
         saved.append((owner, attr, getattr(owner, attr)))
         setattr(owner, attr, _make(path))
-    outer = list(ACTIVE_FORBID)
-    ACTIVE_FORBID[:] = [*outer, *paths]
+    ctx = context()
+    ctx.forbidden.extend(p for p in paths if p not in ctx.forbidden)
+    outer = list(ctx.forbid)
+    ctx.forbid[:] = [*outer, *paths]
     try:
         yield called
     finally:
-        ACTIVE_FORBID[:] = outer
+        ctx.forbid[:] = outer
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
 

@@ -272,8 +272,7 @@ def test_twin_and_in_kernel_make_the_checks_objects_where_the_learner_code_runs(
     from course import checking, probes
 
     conn = _conn({})
-    checking.KERNEL_MAKE = conn.make
-    try:
+    with checking.judging(checking.JudgeContext(make=conn.make)):
         local = probes.TrainingProbe(seed=3).eval()
         with torch.no_grad():
             local.linear.weight.mul_(2.0)
@@ -291,8 +290,6 @@ def test_twin_and_in_kernel_make_the_checks_objects_where_the_learner_code_runs(
         g = checking.generator(7)
         assert torch.equal(torch.randint(10, (5,), generator=agent._objects[g._ref.id]),
                            torch.randint(10, (5,), generator=torch.Generator().manual_seed(7)))
-    finally:
-        checking.KERNEL_MAKE = None
 
 
 @pytest.mark.parametrize("path", ["os.system", "builtins.eval", "subprocess.run",

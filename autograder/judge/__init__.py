@@ -187,17 +187,9 @@ def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
             obj = getattr(obj, attr)
         return obj
 
-    checking.VALUE_CHECKS[0] = 0
-    checking.BUGS[:] = []
-    checking.ACTIVE_FORBID[:] = []
-    used_forbid: list[str] = []
+    from autograder.judge.remote import local_value
+
     stopped = internal = ""
-    real_forbid = checking.forbid
-
-    def forbid_and_note(*paths: str):
-        used_forbid.extend(p for p in paths if p not in used_forbid)
-        return real_forbid(*paths)
-
     module = importlib.import_module(call.module)
     check = getattr(module, call.function, None)
     if check is None:
@@ -208,13 +200,11 @@ def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
         return Verdict(False, f"{call.module}.{call.function} declares no kind (value_check "
                        "or observed_check)", call.names, internal="undeclared kind")
     key = check_key(seed if seed is not None else secrets.token_bytes(32), call)
-    saved = getattr(module, "forbid", None)
-    if saved is real_forbid:
-        module.forbid = forbid_and_note
-    checking.KERNEL_MAKE = conn.make
+    # Everything the check does on the judge's side is recorded in its own context.
+    ctx = checking.JudgeContext(make=conn.make, local_value=local_value)
     rng_state = torch.get_rng_state()
     try:
-        with checking.quiet(), library.seeded(key):
+        with checking.judging(ctx), checking.quiet(), library.seeded(key):
             library.manual_seed("judge")   # modules the judge builds: no fixed init either
             check(*[value(a) for a in call.args],
                   **{k: value(v) for k, v in call.kwargs.items()})
@@ -235,25 +225,22 @@ def run(call: HiddenCall, conn, seed: bytes | None = None) -> Verdict:
     except Exception as exc:  # noqa: BLE001 - the learner's code failed outside call()
         passed, message = False, f"{type(exc).__name__}: {exc}"
     finally:
-        checking.KERNEL_MAKE = None
         torch.set_rng_state(rng_state)
-        if saved is real_forbid:
-            module.forbid = real_forbid
     ended = getattr(conn, "stopped", None)
     if ended is not None:
         # The kernel timed out or died inside a call the check wrapped as the learner's
         # error: the notebook must still be interrupted (or given up), and the test fails.
         passed, stopped = False, ended.stopped
         message = f"the kernel did not answer the judge: {ended}"
-    if checking.BUGS:
+    if ctx.bugs:
         passed, internal = False, "grader bug"
-        message = f"internal error of the grader (not your code): {checking.BUGS[0]}"
-    elif passed and kind == "value" and checking.VALUE_CHECKS[0] == 0:
+        message = f"internal error of the grader (not your code): {ctx.bugs[0]}"
+    elif passed and kind == "value" and ctx.value_checks == 0:
         # A value check that compared nothing would pay on the kernel's word alone.
         passed, internal = False, "grader bug"
         message = (f"internal error of the grader (not your code): {call.function} is a value "
                    "check but compared no value")
-    return Verdict(passed, message, call.names, kind, used_forbid, stopped, internal,
+    return Verdict(passed, message, call.names, kind, list(ctx.forbidden), stopped, internal,
                    call.function, list(getattr(check, "leans_on", ())))
 
 

@@ -38,7 +38,7 @@ INTERNAL = ("course.standins", "course.probes", "course.references", "course.che
 LOADERS = ("course.previous",)
 # Objects of those modules a cell might name once imported under another name elsewhere.
 OBJECTS = re.compile(r"\b(ReferenceSoftmax|ReferenceRNNForward|ReferenceSequenceClassifier|"
-                     r"ReferenceTinyGPT|FeedForwardBlock|GlobalSwapped|STANDINS|KERNEL_MAKE|"
+                     r"ReferenceTinyGPT|FeedForwardBlock|GlobalSwapped|STANDINS|JudgeContext|"
                      r"in_kernel|reference_fit)\b")
 DYNAMIC = re.compile(r"\b(importlib|__import__|get_objects|get_referrers|get_referents)\b|"
                      r"\bsys\s*\.\s*modules\b|__subclasses__|__globals__|f_globals|f_back")

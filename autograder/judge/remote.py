@@ -180,7 +180,7 @@ class Conn:
         return self.request({"op": "call", "ref": target._ref.id,
                              "args": self.encode(tuple(args)),
                              "kwargs": self.encode(dict(kwargs)),
-                             "forbid": list(checking.ACTIVE_FORBID)})
+                             "forbid": list(checking.context().forbid)})
 
     def make(self, factory: Any, args: tuple, kwargs: dict) -> Any:
         """``factory(*args, **kwargs)`` made in the kernel (see ``course.checking.in_kernel``)."""
@@ -335,4 +335,8 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__float__", "__int__", "__index__"):
     setattr(Proxy, _name, _operator(_name))
 
-checking.LOCAL_VALUE = _local
+
+def local_value(value: Any) -> Any:
+    """A proxied tensor fetched by value (anything else as it is): the judge's
+    ``course.checking.JudgeContext.local_value``."""
+    return _local(value)

@@ -127,28 +127,25 @@ def leans_on(*checks: str) -> Callable[[Callable], Callable]:
     return mark
 
 
-# The key every seed of the running check is derived from: set by the judge for each
-# hidden test (:func:`seeded`); b"" when checks run in one process without a judge.
-_KEY: list[bytes] = [b""]
-
-
 @contextlib.contextmanager
 def seeded(key: bytes) -> Iterator[None]:
     """Derive every seed of the checks run inside from ``key`` (the judge's, per submission
     and test), in the judge and in what it asks the kernel to make
-    (``course.checking.generator``)."""
-    saved_key, saved_map = _KEY[0], checking.SEED_MAP
-    _KEY[0] = key
-    checking.SEED_MAP = derive
+    (``course.checking.generator``): the running check's context holds the key (b"" when
+    checks run in one process without a judge)."""
+    ctx = checking.context()
+    saved_key, saved_map = ctx.key, ctx.seed_map
+    ctx.key, ctx.seed_map = key, derive
     try:
         yield
     finally:
-        _KEY[0], checking.SEED_MAP = saved_key, saved_map
+        ctx.key, ctx.seed_map = saved_key, saved_map
 
 
 def derive(seed: int | str) -> int:
     """The seed a check's ``seed`` stands for under the running key (63 bits)."""
-    digest = hmac.new(_KEY[0], f"seed:{seed}".encode(), hashlib.sha256).digest()
+    digest = hmac.new(checking.context().key, f"seed:{seed}".encode(),
+                      hashlib.sha256).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
