@@ -95,7 +95,7 @@ def test_do_the_admission_cap_and_the_readback_limit_agree(root, monkeypatch):
                 cell.outputs = [nbformat.v4.new_output("error", ename="CheckFailure",
                                                        evalue=message,
                                                        traceback=[f"CheckFailure: {message}"])]
-    execute.reset_events()
+    execute.begin()
     flood = "\n" * (settings["limits"]["output"] // 2)  # measured as JSON: the whole limit
     for _ in range(2):  # the output limit, then errors past it
         graded.cells[1].outputs.append(nbformat.v4.new_output("stream", name="stdout",

@@ -12,9 +12,9 @@
   (``autograder.judge``), which asks the kernel only to run the learner's code on inputs it
   chose and reads the results back as data.
 
-What happened is recorded in ``EVENTS`` (one notebook per process at a time). A kernel started
-before the notebook arrived (:mod:`autograder.selfcheck.standby`) is handed over in
-``PRESTARTED``: the next
+What happened is recorded in the process's :class:`NotebookRun` (one notebook at a time,
+started by the worker with :func:`begin`). A kernel started before the notebook arrived
+(:mod:`autograder.selfcheck.standby`) is handed over in ``PRESTARTED``: the next
 notebook runs in it, and it is killed when that notebook is done, like any other.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import asdict, dataclass, field
 from time import monotonic
 
 from jupyter_core.utils import ensure_async
@@ -33,23 +34,46 @@ from traitlets import Integer
 
 from autograder.sandbox.kernel_manager import GradingKernelManager
 
-EVENTS: dict = {}
-# The submission's seed (``pipeline.judge_seed``: the grader's secret and the submission),
-# set by the worker before each notebook; None draws a fresh one per test.
-JUDGE_SEED: list[bytes | None] = [None]
+
+@dataclass
+class NotebookRun:
+    """One notebook's grading, as this process's executor sees it: the submission's seed
+    (``pipeline.judge_seed``: the grader's secret and the submission; None draws a fresh one
+    per test) and what happened (:meth:`events`, which the scoring reads). The worker starts
+    one per notebook (:func:`begin`); a process grades one notebook at a time."""
+
+    seed: bytes | None = None
+    timeout: bool = False
+    kernel_died: bool = False
+    kernel_exit: int | None = None
+    output_truncated: bool = False
+    skipped: int = 0
+    judged: dict = field(default_factory=dict)    # grade_id -> the verdict, as JSON
+    review: list = field(default_factory=list)
+
+    def events(self) -> dict:
+        """What happened, as the scoring reads it (``autograder.grading.score``)."""
+        return {k: v for k, v in asdict(self).items() if k != "seed"}
+
+
+_RUN: list[NotebookRun] = [NotebookRun()]
+
+
+def begin(seed: bytes | None = None) -> NotebookRun:
+    """Start the record of the next notebook this process grades."""
+    _RUN[0] = NotebookRun(seed)
+    return _RUN[0]
+
+
+def current() -> NotebookRun:
+    """The notebook being graded (a fresh record before the first)."""
+    return _RUN[0]
+
+
 PRESTARTED: list = []   # kernel managers whose kernel is running and has run nothing yet
 # The first words of the notice the kernel's start-up script (kernel_startup.STARTUP) prints when it
 # starts dropping output at the source.
 KERNEL_CAP_NOTICE = "[output truncated: more than"
-
-
-def reset_events() -> None:
-    EVENTS.clear()
-    EVENTS.update(timeout=False, kernel_died=False, kernel_exit=None, output_truncated=False,
-                  skipped=0, judged={}, review=[])
-
-
-reset_events()
 
 
 def _is_test_cell(cell: NotebookNode) -> bool:
@@ -113,14 +137,14 @@ class GuardedExecute(Execute):
         return left if t is None else min(t, left)
 
     async def _async_handle_timeout(self, timeout, cell=None):
-        EVENTS["timeout"] = True
+        current().timeout = True
         return await super()._async_handle_timeout(timeout, cell)
 
     # -- cells -----------------------------------------------------------------------
     def _stop_output(self, cell: NotebookNode, why: str) -> NotebookNode:
         cell.outputs = [NotebookNode(output_type="error", ename="NotExecuted",
                                      evalue=why, traceback=[f"NotExecuted: {why}"])]
-        EVENTS["skipped"] += 1
+        current().skipped += 1
         return cell
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None,
@@ -131,7 +155,7 @@ class GuardedExecute(Execute):
         if self._stopped:
             return self._stop_output(cell, self._stopped)
         if monotonic() >= self._deadline:
-            EVENTS["timeout"] = True
+            current().timeout = True
             self._stopped = (f"the notebook ran out of its {self.notebook_timeout} s "
                              "time budget before this cell")
             return self._stop_output(cell, self._stopped)
@@ -141,14 +165,14 @@ class GuardedExecute(Execute):
             return await super().async_execute_cell(cell, cell_index, execution_count,
                                                     store_history)
         except CellTimeoutError as exc:
-            EVENTS["timeout"] = True
+            current().timeout = True
             cell.outputs = list(cell.get("outputs", [])) + [NotebookNode(
                 output_type="error", ename="CellTimeoutError", evalue=str(exc)[:300],
                 traceback=[f"CellTimeoutError: {str(exc)[:300]}"])]
             return cell
         except DeadKernelError:
-            EVENTS["kernel_died"] = True
-            EVENTS["kernel_exit"] = await self._exit_code()
+            current().kernel_died = True
+            current().kernel_exit = await self._exit_code()
             self._stopped = "the kernel died earlier in the notebook"
             cell.outputs = list(cell.get("outputs", [])) + [NotebookNode(
                 output_type="error", ename="DeadKernelError",
@@ -189,18 +213,18 @@ class GuardedExecute(Execute):
         gid = cell.metadata.get("nbgrader", {}).get("grade_id", "")
         verdict = await self._verdict(cell)
         if verdict.stopped == "timeout":
-            EVENTS["timeout"] = True
+            current().timeout = True
             await ensure_async(self.km.interrupt_kernel())
             # then end the conversation, so that the kernel is free for the next cell
             await asyncio.get_running_loop().run_in_executor(self._judge_pool,
                                                              self._session.close)
         elif verdict.stopped == "died":
-            EVENTS["kernel_died"] = True
+            current().kernel_died = True
             self._stopped = "the kernel died earlier in the notebook"
         # A check's message may quote what the kernel answered: capped, so that no answer
         # can make the autograded notebook larger than the worker reads back.
         message = _capped_message(verdict.message)
-        EVENTS["judged"][gid] = dict(verdict.to_json(), message=message)
+        current().judged[gid] = dict(verdict.to_json(), message=message)
         cell.outputs = [] if verdict.passed else [NotebookNode(
             output_type="error", ename="CheckFailure", evalue=message,
             traceback=[f"CheckFailure: {message}"])]
@@ -232,7 +256,7 @@ class GuardedExecute(Execute):
         verdict = None
         try:
             verdict = judge.run(call, Conn(self._session, self._judge_budget),
-                                seed=JUDGE_SEED[0])
+                                seed=current().seed)
             return verdict
         finally:
             # A kernel past its time is interrupted first (_judge_cell), a dead one is gone.
@@ -294,7 +318,7 @@ class GuardedExecute(Execute):
         return super().process_message(msg, cell, cell_index)
 
     def _truncated(self, cell: NotebookNode) -> None:
-        EVENTS["output_truncated"] = True
+        current().output_truncated = True
         if not self._told_truncated:
             self._told_truncated = True
             cell.outputs.append(NotebookNode(
@@ -306,7 +330,7 @@ class GuardedExecute(Execute):
         out = super().output(outs, msg, display_id, cell_index)
         if out is not None and out.get("output_type") == "stream" and \
                 KERNEL_CAP_NOTICE in out.get("text", ""):
-            EVENTS["output_truncated"] = True  # the kernel's start-up cap dropped output
+            current().output_truncated = True  # the kernel's start-up cap dropped output
         return out
 
 

@@ -167,8 +167,7 @@ def grade_one(job: dict, prepared: tuple | None = None) -> dict:
         if prepared is None:
             prepared = kernel_setup(day, settings)
         private, config = prepared
-        execute.reset_events()
-        execute.JUDGE_SEED[0] = bytes.fromhex(job["seed"]) if job.get("seed") else None
+        execute.begin(bytes.fromhex(job["seed"]) if job.get("seed") else None)
         try:
             return _autograde(config, root, student, day, private, out_dir, source_nb, sub,
                               settings, sandboxed, done, blame, confirm,
@@ -381,7 +380,7 @@ def _autograde(config, root, student, day, private, out_dir, source_nb, sub, set
     except Exception as exc:  # noqa: BLE001 - what nbgrader wrote from this submission
         return blame(f"its autograded notebook could not be scored: {type(exc).__name__}: "
                      f"{str(exc)[:300]}")
-    events = dict(execute.EVENTS)
+    events = execute.current().events()
     from autograder.judge import static_review
 
     judged = events.get("judged") or {}
