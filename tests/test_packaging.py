@@ -154,9 +154,38 @@ def test_every_package_the_code_imports_is_declared(root):
     third = sorted(m for m in imported - set(sys.stdlib_module_names)
                    if m not in ("autograder", "course"))
     dists = md.packages_distributions()
+    project = _pyproject(root)["project"]
+    extras = [r for reqs in project["optional-dependencies"].values() for r in reqs]
     declared = {re.sub(r"[-_.]+", "-", Requirement(r).name).lower()
-                for r in _pyproject(root)["project"]["dependencies"]}
+                for r in [*project["dependencies"], *extras]}
     missing = {m: dists.get(m) for m in third
                if not {re.sub(r"[-_.]+", "-", d).lower() for d in dists.get(m, [m])} & declared}
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
     assert "ipython" in declared and "jupyter-client" in declared   # the check sees both
+
+
+def test_a_learners_install_needs_none_of_the_instructors_packages(root, tmp_path):
+    """Without the `instructor` and `classroom` extras (Dask, copydetect, JupyterHub), do the
+    learner's commands and the course package work, and do the instructor's commands that
+    need them say which extra to install?"""
+    code = f"""
+import sys
+for m in ("distributed", "dask", "copydetect", "jupyterhub"):
+    sys.modules[m] = None
+import course.progress, course.widgets, course.training, course.textgen, course.checking
+import autograder.selfcheck.check, autograder.selfcheck.workspace
+from autograder.__main__ import main
+assert main(["workspace", "--dir", {str(tmp_path / "nb")!r}]) == 0
+for argv in (["similarity", {str(tmp_path)!r}], ["classroom", "start"]):
+    try:
+        main(argv)
+    except SystemExit as exc:
+        assert exc.code not in (0, None), argv
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    said = out.stdout + out.stderr
+    assert "pip install -e '.[instructor]'" in said and "pip install -e '.[classroom]'" in said
+    deps = {Requirement(r).name for r in _pyproject(root)["project"]["dependencies"]}
+    assert not deps & {"distributed", "copydetect", "jupyterhub"}

@@ -62,7 +62,7 @@ from autograder.classroom.setup import (
     student_python,
     students,
 )
-from autograder.core.course import PipelineError, find_root
+from autograder.core.course import PipelineError, find_root, need
 
 DEFAULT_DIR = Path(os.environ.get("TFS_CLASSROOM_DIR") or "/srv/tfs-classroom")
 
@@ -287,6 +287,7 @@ def stop(folder: Path, timeout: float = 60) -> int:
 
 
 def _cmd_classroom(args: argparse.Namespace) -> int:
+    need("jupyterhub", "classroom", "classroom")
     root = find_root(args.root)
     if args.action == "start":
         return start(args.dir, root, args.students, args.ip, args.port, args.subdomain_host,

@@ -63,6 +63,7 @@ from autograder.core.course import (
     day_title,
     find_root,
     list_days,
+    need,
     notebook_name,
     resolve_days,
 )
@@ -335,6 +336,7 @@ def run_similarity(root: Path, submissions: Path, days: list[str], out_dir: Path
 
 
 def _cmd_similarity(args: argparse.Namespace) -> int:
+    need("copydetect", "instructor", "similarity")
     root = find_root(args.root)
     days = resolve_days(root, args.day)
     out = (args.output or Path("grading")) / "similarity"

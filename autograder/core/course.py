@@ -71,6 +71,16 @@ def notebook_name(day: str) -> str:
     return f"{day}.ipynb"
 
 
+def need(module: str, extra: str, what: str) -> None:
+    """Raise a PipelineError naming the install when ``module`` (a package of the ``extra``
+    of pyproject.toml) is missing: a learner's install has none of the instructor's."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise PipelineError(f"{what} needs the {extra}'s packages ({module} is not installed): "
+                            f"pip install -e '.[{extra}]' in the course folder")
+
+
 # --------------------------------------------------------------------------- readable names
 
 

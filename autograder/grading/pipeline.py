@@ -23,6 +23,7 @@ from autograder.core.course import (  # noqa: F401 - re-exported
     PipelineError,
     find_root,
     list_days,
+    need,
     notebook_name,
     resolve_days,
 )
@@ -167,6 +168,8 @@ def grade(
     file's own attempt time (``lms``); each result records its submission's time and source
     (:func:`autograder.core.deadlines.submission_time`), read by the host, never the kernel.
     """
+    if dask_scheduler:
+        need("distributed", "instructor", "grade --dask-scheduler")
     from autograder.core.deadlines import submission_time
 
     days = resolve_days(root, days)
