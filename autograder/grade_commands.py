@@ -120,10 +120,57 @@ def _limits(args: argparse.Namespace):
     return lim
 
 
+# grading.toml in the grading folder: a course's settings once, for every `grade` run; a flag
+# given on the command line wins. Key -> its type (the flag of the same name, dashes as "_").
+SETTINGS_FILE = "grading.toml"
+SETTINGS = {"jobs": int, "memory_limit": float, "timeout": int, "notebook_timeout": int,
+            "output_limit": float, "file_limit": float, "dask_scheduler": str, "sandbox": bool}
+
+
+def course_settings(args: argparse.Namespace, out: Path) -> Path | None:
+    """Fill the settings ``args`` lacks from ``out/grading.toml`` (its path; None when there
+    is none). ``sandbox = false`` there is ``--no-sandbox``.
+
+    Raises:
+        PipelineError: the file does not parse, names a key it may not hold, or a value of
+            the wrong type; the message lists the keys.
+    """
+    import tomllib
+
+    path = out / SETTINGS_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise pipeline.PipelineError(f"{path}: {exc}") from None
+    keys = ", ".join(SETTINGS)
+    for key, value in data.items():
+        kind = SETTINGS.get(key)
+        if kind is None:
+            raise pipeline.PipelineError(f"{path}: unknown setting {key!r} (it may hold: {keys})")
+        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok or (kind in (int, float) and value <= 0):
+            raise pipeline.PipelineError(f"{path}: {key} = {value!r} should be a positive "
+                                         f"{kind.__name__}" if kind is not bool else
+                                         f"{path}: {key} should be true or false")
+    for key, value in data.items():
+        if key == "sandbox":
+            args.no_sandbox = args.no_sandbox or value is False
+        elif getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return path
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     root = pipeline.find_root(args.root)
     days = pipeline.resolve_days(root, args.day)
     out = args.output or Path("grading")
+    settings_file = course_settings(args, out)
+    if settings_file is not None:
+        print(f"settings from {settings_file} (flags win)", file=sys.stderr)
     t0 = time.monotonic()
     if args.no_sandbox:
         print("warning: --no-sandbox: student code runs with your permissions, sees the hidden "
@@ -220,7 +267,8 @@ def _add_deadlines(p: argparse.ArgumentParser) -> None:
 
 def add_grading_commands(sub, _add_common) -> None:
     """Register ``grade``, ``accept``, ``feedback`` and ``report``."""
-    p = sub.add_parser("grade", help="autograde a folder of submissions")
+    p = sub.add_parser("grade", help="autograde a folder of submissions (settings: flags, "
+                                     "else the grading folder's grading.toml)")
     _add_common(p)
     p.add_argument("submissions", type=Path,
                    help="folder laid out as <student_id>/<dayNN_slug>/<notebook>.ipynb")

@@ -4,7 +4,10 @@ empty or wrong folder exits non-zero with one line."""
 
 from __future__ import annotations
 
+import re
 import shutil
+
+import pytest
 
 from autograder.__main__ import main
 from autograder.grading.collect import unplaced
@@ -54,3 +57,38 @@ def test_feedback_and_report_on_an_empty_folder_exit_non_zero(root, tmp_path, ca
         rc = main([cmd, "--root", str(root), "--output", str(tmp_path / "nothing")])
         err = capsys.readouterr().err
         assert rc == 1 and err.count("\n") == 1 and "no results in" in err, (cmd, err)
+
+
+def test_a_courses_settings_come_from_one_file_and_flags_win(tmp_path):
+    """grading.toml in the grading folder sets the limits, jobs and sandbox once for a
+    course; a flag given on the command line wins; a wrong key or value stops with one line
+    that lists the keys."""
+    import argparse
+
+    from autograder import grade_commands as gc
+    from autograder.grading.pipeline import PipelineError
+    from autograder.sandbox import GiB
+
+    def args(**given):
+        keys = ("jobs", "memory_limit", "timeout", "notebook_timeout", "output_limit",
+                "file_limit", "dask_scheduler")
+        return argparse.Namespace(**({k: None for k in keys} | given), no_sandbox=False)
+
+    out = tmp_path / "grading"
+    out.mkdir()
+    assert gc.course_settings(args(), out) is None
+    (out / "grading.toml").write_text("jobs = 3\nmemory_limit = 6\ntimeout = 90\n"
+                                      "sandbox = false\n")
+    a = args(timeout=120)
+    assert gc.course_settings(a, out) == out / "grading.toml"
+    assert (a.jobs, a.memory_limit, a.timeout, a.no_sandbox) == (3, 6, 120, True)
+    assert gc._limits(a).memory == 6 * GiB and gc._limits(a).cell_timeout == 120
+    for text, said in (("memory = 6\n", "unknown setting 'memory'"),
+                       ('jobs = "many"\n', "jobs = 'many' should be a positive int"),
+                       ("jobs = true\n", "should be a positive int"),
+                       ("timeout = -5\n", "should be a positive int"),
+                       ("sandbox = 1\n", "sandbox should be true or false"),
+                       ("jobs = [\n", "grading.toml")):
+        (out / "grading.toml").write_text(text)
+        with pytest.raises(PipelineError, match=re.escape(said)):
+            gc.course_settings(args(), out)
