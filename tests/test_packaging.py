@@ -189,3 +189,31 @@ for argv in (["similarity", {str(tmp_path)!r}], ["classroom", "start"]):
     assert "pip install -e '.[instructor]'" in said and "pip install -e '.[classroom]'" in said
     deps = {Requirement(r).name for r in _pyproject(root)["project"]["dependencies"]}
     assert not deps & {"distributed", "copydetect", "jupyterhub"}
+
+
+# The private methods of nbclient/nbgrader and jupyter_client the grader overrides. An upgrade
+# that renames one would leave the override unused and silently drop its guard (the notebook
+# budget, the dead-kernel stop, the sandboxed launch): this list fails first.
+PRIVATE_HOOKS = {
+    "autograder.grading.execute:GuardedExecute": [
+        "_async_cleanup_kernel", "_cleanup_kernel", "_get_timeout", "_async_handle_timeout"],
+    "autograder.sandbox.kernel_manager:GradingKernelManager": [
+        "_ip_default", "_async_launch_kernel"],
+}
+
+
+def test_every_private_hook_the_grader_overrides_still_exists_upstream():
+    """Does each private method the grader overrides still exist in the installed base
+    classes, and is the list above the whole list?"""
+    import importlib
+
+    for target, hooks in PRIVATE_HOOKS.items():
+        module, name = target.split(":")
+        cls = getattr(importlib.import_module(module), name)
+        overridden = sorted(n for n, v in vars(cls).items() if callable(v)
+                            and n.startswith("_") and not n.startswith("__")
+                            and any(hasattr(b, n) for b in cls.__mro__[1:]))
+        assert overridden == sorted(hooks), f"{target} overrides {overridden}: update the list"
+        for hook in hooks:
+            assert any(hook in vars(b) for b in cls.__mro__[1:]), \
+                f"{hook} is gone from {name}'s bases: the override no longer runs"
