@@ -267,8 +267,8 @@ def _run_status(events: dict, graded: nbformat.NotebookNode, kernel_log: str
                                + _exit_words(events.get("kernel_exit"))]
     if events.get("timeout"):
         if mem:  # out of memory, the kernel could no longer answer in time: the memory's doing
-            return Status.MEMORY_LIMIT, [f"hit the memory limit ({mem[0]}), then a cell ran past "
-                                    "its time limit"]
+            return Status.MEMORY_LIMIT, [f"hit the memory limit ({mem[0]}), then a cell ran "
+                                         "past its time limit"]
         return Status.TIMEOUT, ["a cell ran past its time limit and was interrupted"]
     if mem:
         return Status.MEMORY_LIMIT, [f"hit the memory limit: {mem[0]}"]
