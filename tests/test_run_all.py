@@ -73,3 +73,18 @@ def test_run_all_reaches_the_self_check_button(root, tmp_path, kind):
         others = "".join(_text(c) for c in code)
         assert "Traceback" not in others, "an unwritten stub still prints a traceback"
     assert "Traceback" not in text and text.count("\n") <= 8, text
+
+
+@pytest.mark.slow
+def test_a_record_run_still_stops_at_the_first_error(root, tmp_path, monkeypatch):
+    """`record` must not record a notebook that fails: with COURSE_STOP_ON_ERROR=1 (which
+    measure sets) a failing check stops the run as in plain Jupyter."""
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(str(root / "solutions" / DAY / f"{DAY}.ipynb"), as_version=4)
+    nb = _answer(nb, "day02_softmax", "def softmax(x, dim=-1):\n    return None\n")
+    monkeypatch.setenv("COURSE_STOP_ON_ERROR", "1")
+    (tmp_path / DAY).mkdir()
+    with pytest.raises(CellExecutionError):
+        _run(nb, tmp_path / DAY)
+    assert "COURSE_STOP_ON_ERROR" in (root / "autograder" / "authoring" / "measure.py").read_text()

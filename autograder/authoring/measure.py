@@ -73,8 +73,10 @@ def run_day(folder: Path, day: str, profile: str, timeout: int) -> dict:
     nb = nbformat.read(path, as_version=4)
     figures_file = folder / f".{day}-{profile}.jsonl"
     figures_file.unlink(missing_ok=True)
+    # COURSE_STOP_ON_ERROR: a failed check or any error stops the run, as a record needs (a
+    # learner's Run All goes on to the end instead: course.checks.install_learner_display).
     env = {"COURSE_PROFILE": profile, "COURSE_RECORD_OUT": str(figures_file),
-           "COURSE_SELFCHECK_STANDBY": "0", "MPLBACKEND": "Agg"}
+           "COURSE_SELFCHECK_STANDBY": "0", "COURSE_STOP_ON_ERROR": "1", "MPLBACKEND": "Agg"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -72,8 +72,10 @@ def _keep_going(result) -> None:
 
 def install_learner_display() -> bool:
     """Install the short display and Run All behaviour in this IPython kernel (once); False
-    outside IPython or while nbgrader grades."""
-    if os.environ.get("NBGRADER_EXECUTION"):
+    outside IPython, while nbgrader grades, and with ``COURSE_STOP_ON_ERROR=1`` (a run that
+    must stop at the first failure, as ``python -m autograder record``'s does)."""
+    if os.environ.get("NBGRADER_EXECUTION") or \
+            os.environ.get("COURSE_STOP_ON_ERROR", "").strip() == "1":
         return False
     try:
         from IPython import get_ipython
