@@ -40,7 +40,7 @@ from chromium import CHROMIUM_FLAGS, artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "site"
-DOCS = ["learners", "instructors", "authors", "security", "record"]
+DOCS = ["learners", "instructors", "authors", "security", "architecture", "record"]
 
 
 
