@@ -94,7 +94,8 @@ def test_the_limit_per_student_and_day(service, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("header, body, said", [
-    (b'{"notebook": "x.ipynb", "size": 999999999}\n', b"", "MiB at most"),
+    (b'{"notebook": "x.ipynb", "size": 999999999}\n', b"", "the most the class's check takes"),
+    (b'{"notebook": "x.ipynb", "size": 1' + b"0" * 4050 + b'}\n', b"", "the most"),
     (b"not json\n", b"", "is not {"),
     (b'{"notebook": ["a"], "size": 1}\n', b"x", "is not {"),
     (b'{"notebook": "homework.ipynb", "size": 2}\n', b"{}", "cannot tell which day"),
@@ -181,3 +182,60 @@ def test_accounts_outside_the_class_hold_nothing(service, monkeypatch):
     svc.accounts = {os.getuid(): "student1"}
     monkeypatch.setattr(svc, "grade", lambda *a: (0, ["graded"]))
     assert "graded" in _ask(path, head, b"{}")
+
+
+def test_a_check_whose_student_left_is_not_graded_nor_counted(service, monkeypatch):
+    """A student who leaves while others' checks run: their check is not graded, not
+    counted, and the queue's count of waiting checks comes back to 0."""
+    import time
+
+    svc, path = service
+    monkeypatch.setattr(hubcheck, "WAIT_NOTE", 0.2)
+    graded = []
+    monkeypatch.setattr(svc, "grade", lambda *a: (graded.append(a[0]), (0, ["ok"]))[1])
+    svc.accounts = {os.getuid(): "student2"}
+    svc.slot.acquire()                          # another student's check holds the slot
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": 2}).encode() + b"\n"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(path)
+    sock.sendall(head + b"{}")
+    time.sleep(0.5)
+    sock.close()                                 # gave up waiting
+    time.sleep(1.0)
+    svc.slot.release()
+    deadline = time.monotonic() + 5
+    while (svc.busy or svc.waiting) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert graded == [] and svc.waiting == 0 and not svc.busy
+    assert sum(svc.usage.counts.values()) == 0
+
+
+def test_a_failure_on_the_graders_side_is_answered_and_not_counted(service, monkeypatch):
+    """An error of the grader (the disk, a failed start) gets one line and exit status 2,
+    and the student keeps their check."""
+    svc, path = service
+
+    def broken(*a):
+        raise PermissionError("no space left, or a folder root cannot write")
+
+    monkeypatch.setattr(svc, "grade", broken)
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": 2}).encode() + b"\n"
+    out = _ask(path, head, b"{}")
+    assert "failed on the grader's side" in out and out.rstrip().endswith("\x1eexit 2")
+    assert sum(svc.usage.counts.values()) == 0
+
+
+def test_a_helper_that_leaves_the_session_does_not_hold_the_slot(service, tmp_path,
+                                                                   monkeypatch):
+    """A helper of the grading that starts a session of its own keeps the pipe open past
+    the kill: the check still ends at its time, without that helper's late output."""
+    import time
+
+    svc, path = service
+    monkeypatch.setattr(hubcheck, "CHECK_SECONDS", 1.0)
+    svc.python = _fake_grader(tmp_path, "echo started; setsid sh -c 'sleep 8; echo late' & "
+                                        "sleep 30")
+    head = json.dumps({"notebook": f"{DAY2}.ipynb", "size": 2}).encode() + b"\n"
+    t0 = time.monotonic()
+    out = _ask(path, head, b"{}")
+    assert time.monotonic() - t0 < 6 and "started" in out and "late" not in out

@@ -18,8 +18,11 @@ which ``classroom start`` runs as root beside the hub, does it for them:
   memory and sent after the next check has the slot, within :data:`SEND_SECONDS`. A student
   has one connection in flight at most (a second is refused at once), and at most
   ``--checks-per-day`` a calendar day per assignment (``check/usage.json``, kept across
-  restarts; 0: no limit). Every check that starts grading counts. An account outside the
-  classroom is refused before anything is held for it.
+  restarts; 0: no limit). Every check graded counts; one whose student left before its
+  turn (told every :data:`WAIT_NOTE` seconds that it waits, so a closed connection shows) is
+  not graded, and one that failed on the grader's side is given back. An account outside
+  the classroom is refused before anything is held for it; :data:`MAX_HANDLERS` connections
+  are answered at once, more are closed unanswered.
 - the answer: the report's lines (printable, :data:`MAX_LINE` characters each, at most
   :data:`MAX_REPORT` in all, never a line of the protocol's own), then
   :data:`autograder.selfcheck.protocol.SENTINEL` and the exit status (0 full marks, 1 points
@@ -36,6 +39,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -58,7 +62,9 @@ CHECK_SECONDS = 300.0               # one check, grading included; then its proc
 SEND_SECONDS = 30.0                 # the whole report, to a client that reads it slowly
 MAX_REPORT = 64 * 1024              # characters of report, all lines together
 MAX_LINE = 400                      # characters of one line of it
-MAX_CONNECTIONS = 64                # at once, classroom accounts only
+MAX_CONNECTIONS = 64                # checks at once, classroom accounts only
+MAX_HANDLERS = 256                  # connections being answered at once, anyone's
+WAIT_NOTE = 30.0                    # seconds between "still waiting" lines
 
 
 def socket_path(folder: Path) -> Path:
@@ -68,6 +74,17 @@ def socket_path(folder: Path) -> Path:
 
 class Refused(Exception):
     """A request the service answers with one line and exit status 2."""
+
+
+class Gone(Exception):
+    """The student's side of the connection went away: nothing more to answer."""
+
+
+def _gone(sock: socket.socket) -> bool:
+    """Has the client closed the connection (not only its sending half: it may still read)?"""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
 
 
 def _peer_uid(sock: socket.socket) -> int:
@@ -86,6 +103,8 @@ def _read_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
             chunk = sock.recv(min(1 << 20, n - got))
         except TimeoutError:
             raise Refused("the notebook did not arrive in time") from None
+        except OSError as exc:
+            raise Gone(str(exc)) from None
         if not chunk:
             raise Refused("the connection closed before the whole notebook arrived")
         chunks.append(chunk)
@@ -119,8 +138,8 @@ def read_request(sock: socket.socket, max_bytes: int = MAX_BYTES,
         raise Refused("the notebook's file name must be one plain name (e.g. "
                       "day02_queries_keys_values.ipynb)")
     if size > max_bytes:
-        raise Refused(f"the notebook is {size / 2**20:.1f} MiB; the class's check takes "
-                      f"{max_bytes / 2**20:.0f} MiB at most (clear large outputs, save, retry)")
+        raise Refused(f"the notebook is over {max_bytes // 2**20} MiB, the most the class's "
+                      "check takes (clear large outputs, save, retry)")
     return os.path.basename(name)[:200], _read_exactly(sock, size, deadline)
 
 
@@ -171,6 +190,18 @@ class Usage:
             os.replace(tmp, self.path)
             return self.per_day - used - 1 if self.per_day else -1
 
+    def refund(self, name: str, day: str) -> None:
+        """Give back a check that was never graded (its client left, or the grader failed)."""
+        with self.lock:
+            key = self.key(name, day)
+            if self.counts.get(key, 0) > 0:
+                self.counts[key] -= 1
+                tmp = self.path.with_suffix(".tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump(self.counts, fh)
+                os.replace(tmp, self.path)
+
 
 class HubCheck:
     """The service's state: who may ask, who is being served, the one grading slot."""
@@ -216,17 +247,31 @@ class HubCheck:
             if day not in list_days(self.root):
                 raise Refused(f"{filename} is not a notebook of the course")
             left = self.usage.take(name, day)
-            with self.lock:
-                ahead = self.waiting
-                self.waiting += 1
-            if ahead:
-                send(f"Waiting for {ahead} check(s) of the class ahead of yours...")
+            graded = False
             try:
-                with self.slot:
-                    rc, report = self.grade(name, day, filename, data)
-            finally:
                 with self.lock:
-                    self.waiting -= 1
+                    ahead = self.waiting
+                    self.waiting += 1
+                try:
+                    if ahead:
+                        send(f"Waiting for {ahead} check(s) of the class ahead of yours...")
+                    # Told every WAIT_NOTE seconds that it waits: a client that left is found
+                    # (the line fails) and its check is not graded.
+                    while not self.slot.acquire(timeout=WAIT_NOTE):
+                        send("... still waiting for the checks ahead of yours")
+                    try:
+                        if _gone(sock):
+                            raise Gone("the client left while it waited")
+                        rc, report = self.grade(name, day, filename, data)
+                        graded = True
+                    finally:
+                        self.slot.release()
+                finally:
+                    with self.lock:
+                        self.waiting -= 1
+            finally:
+                if not graded:
+                    self.usage.refund(name, day)
             if report:                      # sent once the slot is free for the next check
                 send("\n".join(report))
             if left >= 0:
@@ -255,16 +300,29 @@ class HubCheck:
                    "--sandbox", "--no-save", "--no-helper", "--shown", filename, str(copy)]
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, cwd=tmp, start_new_session=True)
-            size = [0]
+            fd = proc.stdout.fileno() if proc.stdout is not None else -1
+            stop = threading.Event()
 
             def read() -> None:
-                assert proc.stdout is not None
-                for raw in proc.stdout:
-                    text = _line(raw.decode("utf-8", "replace").rstrip("\n"))
-                    if raw.startswith(b"\x1e") or size[0] > MAX_REPORT:
+                """Lines of the report from the raw pipe, until it ends or ``stop`` (a helper
+                that left the session may hold the pipe open: never waited for)."""
+                buf, size = b"", 0
+                while not stop.is_set():
+                    ready, _, _ = select.select([fd], [], [], 0.2)
+                    if not ready:
                         continue
-                    size[0] += len(text) + 1
-                    lines.append(text)
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    *done, buf = buf.split(b"\n")
+                    for raw in done:
+                        if raw.startswith(b"\x1e") or size > MAX_REPORT:
+                            continue
+                        text = _line(raw.decode("utf-8", "replace"))
+                        size += len(text) + 1
+                        lines.append(text)
+                    buf = buf[-MAX_LINE * 4:]      # an endless line keeps only its tail
 
             reader = threading.Thread(target=read, daemon=True)
             reader.start()
@@ -272,12 +330,14 @@ class HubCheck:
                 rc = proc.wait(timeout=CHECK_SECONDS)
             except subprocess.TimeoutExpired:
                 rc = None
-            if rc is None or reader.join(5) or reader.is_alive():
+            reader.join(5 if rc is not None else 0)
+            if rc is None or reader.is_alive():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)      # the grading and its helpers
                 proc.wait()
-            reader.join(1)
-            if proc.stdout is not None:
+            stop.set()
+            reader.join(2)
+            if proc.stdout is not None and not reader.is_alive():
                 proc.stdout.close()
             report = list(lines)
             if rc is None:
@@ -311,10 +371,18 @@ def make_server(service: HubCheck, path: Path) -> socketserver.ThreadingUnixStre
     os.chmod(path.parent, 0o711)
     path.unlink(missing_ok=True)
     active = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    handlers = threading.BoundedSemaphore(MAX_HANDLERS)
 
     class Handler(socketserver.BaseRequestHandler):
         def handle(self) -> None:
-            sock = self.request
+            if not handlers.acquire(blocking=False):
+                return                                  # a flood: closed unanswered
+            try:
+                self._handle(self.request)
+            finally:
+                handlers.release()
+
+        def _handle(self, sock: socket.socket) -> None:
             deadline = [0.0]
 
             def send(text: str) -> None:
@@ -323,16 +391,19 @@ def make_server(service: HubCheck, path: Path) -> socketserver.ThreadingUnixStre
                 for line in text.split("\n"):
                     left = end - time.monotonic()
                     if left <= 0:
-                        raise TimeoutError("the client reads too slowly")
-                    sock.settimeout(left)
-                    sock.sendall((line if line.startswith(SENTINEL) else _line(line))
-                                 .encode("utf-8", "replace") + b"\n")
+                        raise Gone("the client reads too slowly")
+                    try:
+                        sock.settimeout(left)
+                        sock.sendall((line if line.startswith(SENTINEL) else _line(line))
+                                     .encode("utf-8", "replace") + b"\n")
+                    except OSError as exc:           # a timeout too
+                        raise Gone(str(exc)) from None
 
             try:
                 name = service.who(sock)            # before anything is held for it
                 service.claim(name)
             except Refused as exc:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(Gone, OSError):
                     send(f"Self-check refused: {exc}")
                     send(f"{SENTINEL}2")
                     _close_gently(sock, 0.2)
@@ -347,23 +418,25 @@ def make_server(service: HubCheck, path: Path) -> socketserver.ThreadingUnixStre
                 except Refused as exc:
                     rc = 2
                     send(f"Self-check refused: {exc}")
-                except (OSError, TimeoutError):
+                except Gone:
                     raise
                 except Exception as exc:  # noqa: BLE001 - answered, logged in one line
                     rc = 2
                     print(f"check of {name}: {type(exc).__name__}: {str(exc)[:200]}",
                           file=sys.stderr, flush=True)
-                    send("Self-check failed on the grader's side: tell your instructor.")
+                    send("Self-check failed on the grader's side (the check was not counted): "
+                         "tell your instructor.")
                 deadline[0] = time.monotonic() + 5
                 send(f"{SENTINEL}{rc}")
                 _close_gently(sock)
-            except OSError:
+            except (Gone, OSError):
                 pass                                    # the student's side went away
             finally:
                 active.release()
 
     class Server(socketserver.ThreadingUnixStreamServer):
         daemon_threads = True
+        request_queue_size = socket.SOMAXCONN       # a burst of connects waits, not fails
 
     server = Server(str(path), Handler)
     os.chmod(path, 0o666)
@@ -377,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checks-per-day", type=int, default=20)
     args = p.parse_args(argv)
     folder = args.dir.resolve()
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))   # many refused clients at once
     service = HubCheck(folder, args.root.resolve(), args.checks_per_day)
     server = make_server(service, socket_path(folder))
     print(f"class self-check listening on {socket_path(folder)}", flush=True)
