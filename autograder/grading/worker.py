@@ -255,7 +255,6 @@ def kernel_files_setup(day: str, settings: dict, extra_env: dict | None = None) 
         ro.append([sys.prefix, sys.prefix])
     kenv = kernel_files.kernel_environment(private, sandboxed, python)
     standins = ""
-    kenv["TFS_DAY"] = day
     kenv["TFS_MAX_OUTPUT"] = str(settings["limits"]["output"])
     kenv["NBGRADER_EXECUTION"] = "autograde"
     kenv.update(extra_env or {})
