@@ -85,22 +85,14 @@ def read_request(sock: socket.socket, max_bytes: int = MAX_BYTES,
     if not isinstance(name, str) or not isinstance(size, int) or isinstance(size, bool) \
             or size < 0:
         raise Refused("the request is not {\"notebook\": NAME, \"size\": N}")
-    if not name.isprintable() or "/" in name or "\\" in name or len(name) > 200 \
-            or not name.isascii() and not _plain_unicode(name):
+    # printable: no control, separator (but the space), surrogate or private-use character
+    if not name.isprintable() or "/" in name or "\\" in name or len(name) > 200:
         raise Refused("the notebook's file name must be one plain name (e.g. "
                       "day02_queries_keys_values.ipynb)")
     if size > max_bytes:
         raise Refused(f"the notebook is over {max_bytes // 2**20} MiB, the most the class's "
                       "check takes (clear large outputs, save, retry)")
     return os.path.basename(name)[:200], _read_exactly(sock, size, deadline)
-
-
-def _plain_unicode(name: str) -> bool:
-    """Letters, digits, marks and punctuation only (no surrogates, no private use)."""
-    import unicodedata
-
-    return all(unicodedata.category(ch)[0] in "LNMPZS" and unicodedata.category(ch) != "Zl"
-               and unicodedata.category(ch) != "Zp" for ch in name)
 
 
 def _line(text: str) -> str:
@@ -135,11 +127,7 @@ class Usage:
             self.counts = {k: v for k, v in self.counts.items()
                            if k.split(" ", 1)[0] == dt.date.today().isoformat()}
             self.counts[key] = used + 1
-            tmp = self.path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.counts, fh)
-            os.replace(tmp, self.path)
+            self._save()
             return self.per_day - used - 1 if self.per_day else -1
 
     def refund(self, name: str, day: str) -> None:
@@ -148,11 +136,15 @@ class Usage:
             key = self.key(name, day)
             if self.counts.get(key, 0) > 0:
                 self.counts[key] -= 1
-                tmp = self.path.with_suffix(".tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(self.counts, fh)
-                os.replace(tmp, self.path)
+                self._save()
+
+    def _save(self) -> None:
+        """Write the counts (root-only, never through a link), then move them into place."""
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(self.counts, fh)
+        os.replace(tmp, self.path)
 
 
 def _close_gently(sock: socket.socket, seconds: float = 1.0) -> None:

@@ -60,13 +60,18 @@ def _text_outputs(cell, limit: int = 3000) -> str:
     return text if len(text) <= limit else text[:limit] + "\n[... cut]"
 
 
-def _explain(message: str) -> str:
-    """A failed test's diagnosis in the learner's words (ANSI colours dropped, cut short)."""
-    msg = ANSI.sub("", message or "").strip()
-    if msg.startswith("NotImplementedError"):
-        return ("Not written yet: the stub still raises NotImplementedError (replace "
-                "`raise NotImplementedError()` with your code).")
-    return msg.removeprefix("CheckFailure: ")[:1200]
+def explain(message: str) -> str:
+    """A failed test's diagnosis in the learner's words (ANSI colours dropped), with a hint for
+    the errors a learner meets before the checks run; the feedback page and the self-check's
+    report both say it this way."""
+    message = ANSI.sub("", message or "").strip()
+    if message.startswith("NotImplementedError"):
+        return ("not written yet: the stub still raises NotImplementedError "
+                "(replace `raise NotImplementedError()` with your code)")
+    if message.startswith("NameError"):
+        return (f"{message} — an earlier cell failed or defines it under another name; "
+                "run the notebook top to bottom (Restart & Run All) to see where")
+    return message.removeprefix("CheckFailure: ")
 
 
 def _num(x: float) -> str:
@@ -79,7 +84,8 @@ def _test_item(t, info) -> dict:
             "checks": (info.checks if info and info.checks else t.grade_id),
             "verdict": "passed" if ok else ("partly passed" if t.points > 0 else "failed"),
             "points": _num(t.points), "max_points": _num(t.max_points),
-            "why": "" if ok else (_explain(t.message) or "No message: the test gave no points.")}
+            "why": "" if ok else (explain(t.message)[:1200]
+                                  or "No message: the test gave no points.")}
 
 
 def _exercises(result: Result, tests: dict) -> list[dict]:

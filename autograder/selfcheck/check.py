@@ -22,6 +22,7 @@ from pathlib import Path
 from autograder.core.course import TestInfo, test_map  # noqa: F401 - re-exported
 from autograder.core.records import Status
 from autograder.grading import pipeline
+from autograder.grading.feedback import explain  # noqa: F401 - re-exported
 from autograder.grading.pipeline import PipelineError
 
 STUDENT = "learner"
@@ -77,21 +78,6 @@ def day_of(notebook: Path, root: Path) -> str:
     raise PipelineError(
         f"cannot tell which day {notebook} is: its folder or file name should be a day of the "
         f"course ({', '.join(days)})")
-
-
-def explain(message: str) -> str:
-    """The diagnosis, with a hint for the errors a learner meets before the checks run."""
-    if not message:
-        return ""
-    if message.startswith("NotImplementedError"):
-        return ("not written yet: the stub still raises NotImplementedError "
-                "(replace `raise NotImplementedError()` with your code)")
-    if message.startswith("NameError"):
-        return (f"{message} — an earlier cell failed or defines it under another name; "
-                "run the notebook top to bottom (Restart & Run All) to see where")
-    if message.startswith("CheckFailure: "):
-        return message[len("CheckFailure: "):]
-    return message
 
 
 def format_report(result: pipeline.Result, tests: dict[str, TestInfo], notebook: Path,
