@@ -37,14 +37,19 @@ def load_results(results_dir: Path) -> list[Result]:
     return out
 
 
-def diagnosis_key(message: str) -> str:
+def named_part(message: str) -> str:
     """What a failure message names: its hint (the catalogued mistake), else where the values
-    differ, else its first line; numbers blanked, the exception name dropped, cut short."""
+    differ, else its first line; the exception name dropped, numbers kept."""
     msg = message.split(": ", 1)[1] if re.match(r"^\w+: ", message) else message
     lines = [line.strip() for line in msg.strip().splitlines() if line.strip()]
     named = [line.split(":", 1)[1].strip() for line in lines
              if line.startswith(("Hint:", "Step:", "Where:"))]
-    return NUM.sub("#", named[0] if named else (lines[0] if lines else ""))[:180]
+    return named[0] if named else (lines[0] if lines else "")
+
+
+def diagnosis_key(message: str) -> str:
+    """:func:`named_part` with its numbers blanked and cut short: the report's grouping key."""
+    return NUM.sub("#", named_part(message))[:180]
 
 
 def is_blank(result: Result) -> bool:
@@ -53,15 +58,6 @@ def is_blank(result: Result) -> bool:
     failed = [t for t in result.tests if t.points < t.max_points]
     return bool(failed) and all((t.message or "").startswith("NotImplementedError")
                                 for t in failed)
-
-
-def _example(message: str) -> str:
-    """A diagnosis as a student read it (the named part of one message, numbers kept)."""
-    msg = message.split(": ", 1)[1] if re.match(r"^\w+: ", message) else message
-    lines = [line.strip() for line in msg.strip().splitlines() if line.strip()]
-    named = [line.split(":", 1)[1].strip() for line in lines
-             if line.startswith(("Hint:", "Step:", "Where:"))]
-    return (named[0] if named else (lines[0] if lines else ""))[:240]
 
 
 def summarize(results: list[Result]) -> dict:
@@ -88,7 +84,7 @@ def summarize(results: list[Result]) -> dict:
             if not ok and t.message and not t.message.startswith("NotImplementedError"):
                 key = diagnosis_key(t.message)
                 tests_of[(r.day, key)].add(t.grade_id)
-                examples.setdefault((r.day, key), _example(t.message))
+                examples.setdefault((r.day, key), named_part(t.message)[:240])
                 seen.add(key)
         for key in seen:  # a submission counts once per diagnosis, whatever tests show it
             diag[r.day][key] += 1
