@@ -149,13 +149,15 @@ def course_settings(args: argparse.Namespace, out: Path) -> Path | None:
         kind = SETTINGS.get(key)
         if kind is None:
             raise pipeline.PipelineError(f"{path}: unknown setting {key!r} (it may hold: {keys})")
-        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            ok = True
-        if not ok or (kind in (int, float) and value <= 0):
+        if kind is bool or kind is str:
+            if not isinstance(value, kind):
+                raise pipeline.PipelineError(f"{path}: {key} should be "
+                                             + ("true or false" if kind is bool else "a string"))
+            continue
+        number = (int, float) if kind is float else int      # TOML's 6 is a fine 6.0
+        if isinstance(value, bool) or not isinstance(value, number) or value <= 0:
             raise pipeline.PipelineError(f"{path}: {key} = {value!r} should be a positive "
-                                         f"{kind.__name__}" if kind is not bool else
-                                         f"{path}: {key} should be true or false")
+                                         f"{kind.__name__}")
     for key, value in data.items():
         if key == "sandbox":
             args.no_sandbox = args.no_sandbox or value is False
