@@ -372,3 +372,14 @@ def test_model_families_masks():
     assert bool(t5[3:, :3].all())                                       # cross-attention
     assert torch.equal(t5[3:, 3:], torch.ones(2, 2, dtype=torch.bool).tril())
     assert plot_model_families() is not None
+
+
+def test_the_benchmark_times_the_redraws(capsys):
+    """The redraw times left the unit tests for `python -m autograder.benchmark --widgets`:
+    does it time each explorer's redraw and print it (no bound asserted here)?"""
+    from autograder.benchmark import widget_times
+
+    times = widget_times(repeat=1)
+    assert set(times) == {"scaling explorer, d_k", "positional explorer, position"}
+    assert all(t > 0 for t in times.values())
+    assert "median redraw" in capsys.readouterr().out
